@@ -1,0 +1,1 @@
+"""CPU platform support (active only without CUDA): torch kernels, platform gaps, pre-import stub."""

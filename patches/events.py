@@ -1,0 +1,50 @@
+"""Writer of the per-request events file (``--cache-events FILE``).
+
+One JSON object per line, appended when a request leaves the scheduler (finished or aborted),
+written by the scheduler of attention-TP rank 0 only. Each line is written with a single
+``write`` on an ``O_APPEND`` descriptor, so lines from several scheduler processes (data
+parallelism) never interleave. Readers (``eval/``) use ``policy.events.RequestEvent``.
+
+| field          | type        | meaning                                                              |
+|----------------|-------------|----------------------------------------------------------------------|
+| schema         | int         | 1                                                                    |
+| rid            | str         | request id (the client's ``rid`` when it sent one)                   |
+| policy         | str         | cache policy that served it (``radix``, ...)                          |
+| prompt_tokens  | int         | prompt length in tokens                                              |
+| prefix_reused  | int         | prompt tokens served from the prefix cache (SGLang ``cached_tokens``) |
+| moved          | int         | prompt tokens relocated from elsewhere (0 for prefix-only policies)  |
+| read           | int         | prompt tokens run through the model = prompt - prefix_reused - moved |
+| decode_tokens  | int         | generated tokens                                                     |
+| cache_salt     | str / null  | the request's cache namespace (SGLang ``extra_key``: cache_salt ...) |
+| plan_resume    | int / null  | reuse length the policy planned at admission (null if never planned) |
+| finish_reason  | str / null  | ``stop``, ``length``, ``abort``, ...                                 |
+| queued_ts      | float       | unix time the policy first saw the request                           |
+| finished_ts    | float       | unix time it left the scheduler                                      |
+
+Identity, always: ``prompt_tokens == prefix_reused + moved + read``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+
+from policy.events import RequestEvent
+
+
+class EventWriter:
+    def __init__(self, path: str):
+        self.path = path
+        directory = os.path.dirname(os.path.abspath(path))
+        os.makedirs(directory, exist_ok=True)
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._lock = threading.Lock()
+
+    def write(self, event: RequestEvent) -> None:
+        line = (json.dumps(event.to_dict(), sort_keys=True) + "\n").encode()
+        with self._lock:
+            os.write(self._fd, line)
+
+    def close(self) -> None:
+        os.close(self._fd)

@@ -1,0 +1,141 @@
+"""The ``sglang.srt.plugins`` entry point: runs in every SGLang process before the engine starts.
+
+Order of work in ``install``:
+  1. refuse to run against an SGLang other than the pinned one;
+  2. without CUDA, install CPU platform support (``patches.cpu.platform``);
+  3. if a policy was selected (``CACHE_POLICY_SPEC``, set by ``patches.launch_server``), install
+     the policy hooks (``patches.executor``);
+  4. apply the hooks and verify that every one of them is in place.
+
+SGLang's plugin loader logs and swallows ``Exception`` from a plugin, so failures here raise
+``SystemExit`` (not an ``Exception``): a selected policy whose hook is missing stops the process
+with a message naming the hook instead of silently serving stock behaviour.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pkgutil
+
+from patches import versions
+
+logger = logging.getLogger(__name__)
+
+REQ_MATCHED = "sglang.srt.managers.schedule_batch.Req.init_next_round_input"
+RELEASE_KV = "sglang.srt.mem_cache.common.release_kv_cache"
+SCHEDULER_IDLE = "sglang.srt.managers.scheduler.Scheduler.on_idle"
+SCHEDULER_INIT = "sglang.srt.managers.scheduler.Scheduler.__init__"
+
+_state: dict = {"installed": False, "targets": (), "executor": None, "cpu": False}
+
+
+def fail(message: str) -> "SystemExit":
+    logger.critical("cache-policy overlay: %s", message)
+    return SystemExit(f"cache-policy overlay: {message}")
+
+
+def install() -> None:
+    if _state["installed"]:
+        return
+    try:
+        versions.check_pins()
+    except versions.VersionMismatch as exc:
+        raise fail(str(exc)) from None
+
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    registered: list[str] = []
+
+    def register(target: str, hook, kind: str) -> None:
+        HookRegistry.register(target, hook, HookType[kind.upper()])
+        registered.append(target)
+
+    from patches.cpu import platform as cpu_platform
+
+    use_cpu = not cpu_platform.cuda_available()
+    if use_cpu:
+        cpu_platform.install(register)
+
+    spec = current_spec()
+    if spec is not None:
+        _install_policy_hooks(register, spec)
+
+    originals = {target: _resolve(target) for target in registered}
+    HookRegistry.apply_hooks()
+    missing = [t for t in registered if t not in HookRegistry._patched or _resolve(t) is originals[t]]
+    if missing:
+        raise fail(
+            "these hooks are not in place (SGLang internals changed?): "
+            + ", ".join(missing)
+            + (f"; policy {spec.policy!r} cannot run" if spec else "")
+        )
+    if use_cpu:
+        cpu_platform.after_hooks_applied()
+    _state.update(installed=True, targets=tuple(registered), cpu=use_cpu)
+    logger.info(
+        "cache-policy overlay installed in pid %d: cpu_platform=%s policy=%s hooks=%d",
+        os.getpid(), use_cpu, spec.policy if spec else None, len(registered),
+    )
+
+
+def installed_targets() -> tuple[str, ...]:
+    return _state["targets"]
+
+
+def current_spec():
+    from policy.registry import SPEC_ENV, PolicySpec
+
+    text = os.environ.get(SPEC_ENV)
+    if not text:
+        return None
+    try:
+        return PolicySpec.from_json(text)
+    except (ValueError, KeyError) as exc:
+        raise fail(f"cannot parse {SPEC_ENV}: {exc}") from None
+
+
+def executor():
+    """The scheduler process's ``PolicyExecutor`` (None before the scheduler is built)."""
+    return _state["executor"]
+
+
+def _install_policy_hooks(register, spec) -> None:
+    try:
+        spec.build()  # fail in every process, the launcher's included, on a bad spec
+    except Exception as exc:  # noqa: BLE001 - any construction error stops the server
+        raise fail(f"cannot build policy {spec.policy!r}: {exc}") from None
+
+    def after_scheduler_init(result, scheduler, server_args, *args, **kwargs):
+        from patches.events import EventWriter
+        from patches.executor import PolicyExecutor
+
+        writes = spec.events_path is not None and getattr(scheduler, "attn_tp_rank", 0) == 0
+        _state["executor"] = PolicyExecutor(
+            spec.build(), EventWriter(spec.events_path) if writes else None
+        )
+        logger.info("cache policy %s started with config %s", spec.policy, spec.config)
+
+    def after_match(result, req, tree_cache=None, *args, **kwargs):
+        if tree_cache is not None and _state["executor"] is not None:
+            _state["executor"].on_matched(req)
+
+    def before_release(req, tree_cache, *args, **kwargs):
+        if _state["executor"] is not None:
+            _state["executor"].on_release(req)
+
+    def before_idle(scheduler, *args, **kwargs):
+        if _state["executor"] is not None:
+            _state["executor"].on_idle(scheduler)
+
+    register(SCHEDULER_INIT, after_scheduler_init, "after")
+    register(REQ_MATCHED, after_match, "after")
+    register(RELEASE_KV, before_release, "before")
+    register(SCHEDULER_IDLE, before_idle, "before")
+
+
+def _resolve(target: str):
+    owner, attr = target.rsplit(".", 1)
+    obj = pkgutil.resolve_name(owner)
+    raw = obj.__dict__.get(attr) if isinstance(obj, type) else None
+    return raw if raw is not None else getattr(obj, attr)

@@ -1,0 +1,7 @@
+"""The seam between the serving engine and the prefix-cache policies.
+
+Standard library only: no torch, no sglang. ``patches/`` turns SGLang requests into the value
+objects of ``policy.api`` and executes the plans that come back; the policy packages
+(``exact_cache/``, ``scr/``) implement ``policy.api.CachePolicy`` and register themselves in
+``policy.registry``; ``eval/`` reads ``policy.events``.
+"""

@@ -1,0 +1,84 @@
+"""Value objects and the one interface every cache policy implements.
+
+A policy never sees a tensor or an SGLang object. For each request the engine describes what
+it holds (``Arrival``); the policy answers with a ``Plan`` (data), which ``patches/`` executes;
+when the request leaves, the engine reports a ``Release``.
+
+Ranges are half-open token positions in the prompt::
+
+    prompt   |0 ............ resume|resume ........................ len(tokens)|
+              reused from the cache   Extend(start=resume, end=len(tokens))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol, Union
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """A request about to be scheduled, as the engine sees it."""
+
+    rid: str
+    tokens: tuple[int, ...]  # full prompt token ids
+    cache_key: str | None  # namespace (cache_salt / extra_key); different keys share nothing
+    tree_hit: int  # prefix length the engine's prefix tree serves for this prompt
+
+
+@dataclass(frozen=True, slots=True)
+class Extend:
+    """Run the model over prompt positions ``[start, end)``."""
+
+    start: int
+    end: int
+
+
+Step = Union[Extend]
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What to do for one request: reuse ``[0, resume)`` from the prefix tree, then ``steps``."""
+
+    rid: str
+    resume: int
+    steps: tuple[Step, ...]
+
+    def validate(self, prompt_len: int) -> None:
+        """Raise ``ValueError`` unless the steps tile ``[resume, prompt_len)`` in order."""
+        if not 0 <= self.resume <= prompt_len:
+            raise ValueError(f"plan {self.rid}: resume {self.resume} outside [0, {prompt_len}]")
+        cursor = self.resume
+        for step in self.steps:
+            if step.start != cursor or step.end <= step.start:
+                raise ValueError(
+                    f"plan {self.rid}: step [{step.start}, {step.end}) does not continue at {cursor}"
+                )
+            cursor = step.end
+        if cursor != prompt_len:
+            raise ValueError(f"plan {self.rid}: steps end at {cursor}, prompt has {prompt_len}")
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """A request that finished or was aborted."""
+
+    rid: str
+    prompt_tokens: int
+    decode_tokens: int
+
+
+class CachePolicy(Protocol):
+    """What ``patches/`` calls. New needs become fields or step kinds, not methods."""
+
+    name: ClassVar[str]
+    config: Any
+
+    def plan(self, arrival: Arrival) -> Plan: ...
+
+    def release(self, release: Release) -> None: ...
+
+    def check(self) -> None:
+        """Raise ``AssertionError`` on a broken internal invariant (called at idle and in tests)."""
+        ...

@@ -1,0 +1,57 @@
+"""The per-request event record shared by the writer (``patches/events.py``, which documents the
+file format) and the readers in ``eval/``."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Iterator
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class RequestEvent:
+    rid: str
+    policy: str
+    prompt_tokens: int
+    prefix_reused: int
+    moved: int
+    read: int
+    decode_tokens: int
+    cache_salt: str | None
+    plan_resume: int | None
+    finish_reason: str | None
+    queued_ts: float
+    finished_ts: float
+    schema: int = SCHEMA_VERSION
+
+    def __post_init__(self):
+        parts = (self.prefix_reused, self.moved, self.read, self.decode_tokens)
+        if min(parts) < 0:
+            raise ValueError(f"{self.rid}: negative token count in {parts}")
+        if self.prefix_reused + self.moved + self.read != self.prompt_tokens:
+            raise ValueError(
+                f"{self.rid}: prompt {self.prompt_tokens} != reused {self.prefix_reused} "
+                f"+ moved {self.moved} + read {self.read}"
+            )
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "RequestEvent":
+        if data.get("schema") != SCHEMA_VERSION:
+            raise ValueError(f"unsupported event schema {data.get('schema')!r}")
+        return cls(**data)
+
+
+def read_events(path: str) -> Iterator[RequestEvent]:
+    with open(path) as f:
+        for number, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    yield RequestEvent.from_dict(json.loads(line))
+                except (ValueError, TypeError) as exc:
+                    raise ValueError(f"{path}:{number}: {exc}") from None
