@@ -112,6 +112,17 @@ def _activate(y: torch.Tensor, activation) -> torch.Tensor:
     raise ValueError(f"unsupported conv activation {activation!r}")
 
 
+def _depthwise_conv(window: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+    """Valid depthwise conv of ``window [dim, L + width - 1]`` with ``weight [dim, width]``, fp32.
+
+    Written as unfold + weighted sum: ``F.conv1d(groups=dim)`` takes ~20 ms per call on CPU
+    for these shapes, this ~20 us.
+    """
+    width = weight.shape[1]
+    y = (window.unfold(-1, width, 1) * weight.float().unsqueeze(1)).sum(-1)
+    return y if bias is None else y + bias.float().unsqueeze(-1)
+
+
 def causal_conv1d_fn(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -137,8 +148,6 @@ def causal_conv1d_fn(
     has_init = (
         has_initial_state.tolist() if has_initial_state is not None else [False] * len(slots)
     )
-    w = weight.float().unsqueeze(1)
-    b = None if bias is None else bias.float()
     for i, (start, end) in enumerate(zip(starts[:-1], starts[1:])):
         slot = slots[i]
         if slot == pad_slot_id:
@@ -148,7 +157,7 @@ def causal_conv1d_fn(
         else:
             history = x.new_zeros(x.shape[0], width - 1, dtype=torch.float32)
         window = torch.cat([history, x[:, start:end].float()], dim=-1)
-        y = F.conv1d(window.unsqueeze(0), w, b, groups=x.shape[0]).squeeze(0)
+        y = _depthwise_conv(window, weight, bias)
         out[:, start:end] = _activate(y, activation).to(x.dtype)
         conv_states[slot, :, -(width - 1):] = window[:, -(width - 1):].to(conv_states.dtype)
     return out
@@ -188,14 +197,12 @@ def causal_conv1d_update(
     state_len = conv_state.shape[-1]
     slots = conv_state_indices.tolist() if conv_state_indices is not None else list(range(batch))
     out = torch.empty_like(xs)
-    w = weight.float().unsqueeze(1)
-    b = None if bias is None else bias.float()
     for i, slot in enumerate(slots):
         if slot == pad_slot_id:
             continue
         window = torch.cat([conv_state[slot].float(), xs[i].float()], dim=-1)
-        y = F.conv1d(window[:, -(width - 1 + seqlen):].unsqueeze(0), w, b, groups=dim)
-        out[i] = _activate(y.squeeze(0), activation).to(x.dtype)
+        y = _depthwise_conv(window[:, -(width - 1 + seqlen):], weight, bias)
+        out[i] = _activate(y, activation).to(x.dtype)
         conv_state[slot] = window[:, -state_len:].to(conv_state.dtype)
     return out.squeeze(-1) if squeeze else out
 

@@ -1,0 +1,1 @@
+"""Accounting, reports, workload drivers and server control for comparing cache policies."""

@@ -1,0 +1,135 @@
+"""Start, talk to and stop a local SGLang server (ours or stock) as a child process.
+
+Used by the demo, the engine tests and the workload runs. Standard library only; it never
+imports SGLang (the server runs in its own processes).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+READY_LINE = "The server is fired up and ready to roll!"
+# Lines that mean the server broke an invariant or crashed, whatever it answered.
+FATAL_MARKERS = ("Traceback (most recent call last)", "memory leak detected", "cache-policy executor: dropped")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class ServerProcess:
+    """``python -m patches.launch_server`` (``stock=False``) or ``python -m sglang.launch_server``."""
+
+    model_path: str
+    log_path: Path
+    extra_args: list[str] = field(default_factory=list)
+    stock: bool = False
+    port: int = field(default_factory=free_port)
+    env: dict[str, str] = field(default_factory=dict)
+    startup_timeout: float = 240.0
+    process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> "ServerProcess":
+        module = "sglang.launch_server" if self.stock else "patches.launch_server"
+        cmd = [sys.executable, "-m", module, "--model-path", self.model_path,
+               "--host", "127.0.0.1", "--port", str(self.port), *self.extra_args]
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", **self.env}
+        if self.stock:
+            env.pop("CACHE_POLICY_SPEC", None)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "wb")
+        self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                        start_new_session=True)
+        log.close()
+        self._wait_ready()
+        return self
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited with {self.process.returncode}:\n{self.log_tail()}")
+            if READY_LINE in self.log_text():
+                return
+            time.sleep(0.5)
+        self.stop()
+        raise TimeoutError(f"server not ready after {self.startup_timeout:.0f}s:\n{self.log_tail()}")
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:])
+
+    def fatal_lines(self) -> list[str]:
+        return [line for line in self.log_text().splitlines() if any(m in line for m in FATAL_MARKERS)]
+
+    def post(self, path: str, payload: dict, timeout: float = 300.0) -> dict:
+        request = urllib.request.Request(
+            self.url + path, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            raise RuntimeError(f"POST {path} -> {exc.code}: {exc.read().decode(errors='replace')}") from None
+
+    def generate(self, input_ids: list[int], max_new_tokens: int, *, rid: str | None = None, **extra) -> dict:
+        """Greedy ``/generate`` on token ids, with logprobs of the generated tokens."""
+        payload = {
+            "input_ids": input_ids,
+            "sampling_params": {"temperature": 0.0, "max_new_tokens": max_new_tokens, "ignore_eos": True},
+            "return_logprob": True,
+            **extra,
+        }
+        if rid is not None:
+            payload["rid"] = rid
+        return self.post("/generate", payload)
+
+    def chat(self, messages: list[dict], max_tokens: int, **extra) -> dict:
+        payload = {"model": "default", "messages": messages, "max_tokens": max_tokens, "temperature": 0.0, **extra}
+        return self.post("/v1/chat/completions", payload)
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=30)
+
+    def __enter__(self) -> "ServerProcess":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def output_record(response: dict) -> dict:
+    """The parts of a ``/generate`` response that exactness compares: ids, logprobs, cached tokens."""
+    meta = response["meta_info"]
+    return {
+        "output_ids": list(response["output_ids"]),
+        "logprobs": [entry[0] for entry in meta["output_token_logprobs"]],
+        "cached_tokens": meta["cached_tokens"],
+        "prompt_tokens": meta["prompt_tokens"],
+    }

@@ -1,0 +1,1 @@
+"""Placeholder package; the exact_cache policy arrives with its issue."""

@@ -1,0 +1,1 @@
+"""Placeholder package; the scr policy arrives with its issue."""

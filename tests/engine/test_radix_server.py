@@ -1,0 +1,91 @@
+"""The patched server with ``--cache-policy radix`` on the tiny hybrid model (CPU)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from transformers import AutoTokenizer
+
+from eval.server import output_record
+from tests.engine.prompts import prompt_ids
+
+pytestmark = pytest.mark.engine
+
+
+def test_chat_completion_answers(radix_server, tiny_model_dir):
+    messages = [{"role": "user", "content": "Write a function that adds two numbers."}]
+    response = radix_server.chat(messages, max_tokens=8, ignore_eos=True)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    expected_prompt = tokenizer.apply_chat_template(
+        messages, add_generation_prompt=True, tokenize=True, return_dict=True
+    )["input_ids"]
+    assert response["usage"]["prompt_tokens"] == len(expected_prompt)
+    assert response["usage"]["completion_tokens"] == 8
+    assert response["choices"][0]["finish_reason"] == "length"
+    assert isinstance(response["choices"][0]["message"]["content"], str)
+
+
+def test_repeated_prompt_hits_and_matches_the_miss_bit_for_bit(radix_server):
+    prompt = prompt_ids(seed=1, length=100)
+    miss = output_record(radix_server.generate(prompt, 12))
+    hit = output_record(radix_server.generate(prompt, 12))
+    # no_buffer keeps exact recurrent states at forward ends: 32, 64, 96 (chunk size 32),
+    # and the match may cover at most len - 1 = 99 tokens.
+    assert miss["cached_tokens"] == 0
+    assert hit["cached_tokens"] == 96
+    assert hit["output_ids"] == miss["output_ids"]
+    assert hit["logprobs"] == miss["logprobs"]  # exact float equality, not a tolerance
+
+
+def test_shared_prefix_resumes_at_the_deepest_state(radix_server):
+    first = prompt_ids(seed=2, length=100)
+    radix_server.generate(first, 4)
+    branch = first[:70] + prompt_ids(seed=3, length=30)
+    record = output_record(radix_server.generate(branch, 4))
+    # The tree matches 70 tokens, but the deepest recurrent state on that path is at 64.
+    assert record["cached_tokens"] == 64
+
+
+def _read_events(path, rids, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        events = {}
+        if path.exists():
+            for line in path.read_text().splitlines():
+                event = json.loads(line)
+                events[event["rid"]] = event
+        if all(rid in events for rid in rids) or time.monotonic() > deadline:
+            return events
+        time.sleep(0.2)
+
+
+def test_events_file_records_each_request(radix_server):
+    prompt = prompt_ids(seed=4, length=80)
+    sent = {}
+    for rid in ("events-a", "events-b"):
+        sent[rid] = output_record(radix_server.generate(prompt, 5, rid=rid))
+    events = _read_events(radix_server.events_path, sent)
+    for rid, record in sent.items():
+        event = events[rid]
+        assert event["policy"] == "radix"
+        assert event["prompt_tokens"] == 80 == record["prompt_tokens"]
+        assert event["prefix_reused"] == record["cached_tokens"]
+        assert event["moved"] == 0
+        assert event["read"] == 80 - record["cached_tokens"]
+        assert event["decode_tokens"] == 5
+        assert event["finish_reason"] == "length"
+        assert event["plan_resume"] == record["cached_tokens"]
+        assert event["queued_ts"] <= event["finished_ts"]
+    assert events["events-a"]["prefix_reused"] == 0
+    assert events["events-b"]["prefix_reused"] == 64
+
+
+def test_cache_salt_separates_namespaces(radix_server):
+    prompt = prompt_ids(seed=5, length=100)
+    radix_server.generate(prompt, 2, extra_key="tenant-a")
+    same = output_record(radix_server.generate(prompt, 2, extra_key="tenant-a"))
+    other = output_record(radix_server.generate(prompt, 2, extra_key="tenant-b"))
+    assert same["cached_tokens"] == 96
+    assert other["cached_tokens"] == 0
