@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import pkgutil
+import sys
 
 from patches import versions
 
@@ -26,6 +27,9 @@ REQ_MATCHED = "sglang.srt.managers.schedule_batch.Req.init_next_round_input"
 RELEASE_KV = "sglang.srt.mem_cache.common.release_kv_cache"
 SCHEDULER_IDLE = "sglang.srt.managers.scheduler.Scheduler.on_idle"
 SCHEDULER_INIT = "sglang.srt.managers.scheduler.Scheduler.__init__"
+
+# One line per process, format fixed (tests and operators grep it).
+INSTALLED_LINE = "[cache-policy] overlay installed pid={pid} cpu_platform={cpu} policy={policy} hooks={hooks}"
 
 _state: dict = {"installed": False, "targets": (), "executor": None, "cpu": False}
 
@@ -73,9 +77,11 @@ def install() -> None:
     if use_cpu:
         cpu_platform.after_hooks_applied()
     _state.update(installed=True, targets=tuple(registered), cpu=use_cpu)
-    logger.info(
-        "cache-policy overlay installed in pid %d: cpu_platform=%s policy=%s hooks=%d",
-        os.getpid(), use_cpu, spec.policy if spec else None, len(registered),
+    # Printed, not logged: SGLang configures logging only after plugins load in the main process.
+    print(
+        INSTALLED_LINE.format(pid=os.getpid(), cpu=use_cpu, policy=spec.policy if spec else None,
+                              hooks=len(registered)),
+        file=sys.stderr, flush=True,
     )
 
 

@@ -14,7 +14,7 @@ class VersionMismatch(RuntimeError):
     pass
 
 
-def check_pins(installed: dict[str, str] | None = None) -> None:
+def check_pins(installed: dict[str, str | None] | None = None) -> None:
     """Raise ``VersionMismatch`` naming every pinned package whose installed version differs."""
     if installed is None:
         installed = installed_versions()
@@ -32,16 +32,20 @@ def check_pins(installed: dict[str, str] | None = None) -> None:
         )
 
 
-def installed_versions() -> dict[str, str]:
+def installed_versions() -> dict[str, str | None]:
+    """Installed versions of the pinned packages (None where a package is missing)."""
     import importlib.metadata
 
-    found = {}
+    found: dict[str, str | None] = {}
     for name in PINNED:
         try:
             found[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             found[name] = None
-    import sglang
-
-    found["sglang"] = sglang.__version__
+    try:
+        import sglang  # the version the running code reports, which is what the hooks patch
+    except ImportError:
+        found["sglang"] = None
+    else:
+        found["sglang"] = sglang.__version__
     return found

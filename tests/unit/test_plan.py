@@ -1,0 +1,114 @@
+"""``policy.api.Plan.validate`` and ``policy.radix.RadixPolicy.plan``."""
+
+from __future__ import annotations
+
+import pytest
+
+from policy.api import Arrival, Extend, Plan, Release
+from policy.radix import RadixConfig, RadixPolicy
+
+
+@pytest.mark.parametrize(
+    "plan, prompt_len",
+    [
+        pytest.param(Plan("r", 5, ()), 5, id="full-resume-no-steps"),
+        pytest.param(Plan("r", 0, ()), 0, id="empty-prompt"),
+        pytest.param(Plan("r", 0, (Extend(0, 5),)), 5, id="one-extend-from-0"),
+        pytest.param(Plan("r", 3, (Extend(3, 5),)), 5, id="one-extend-after-resume"),
+        pytest.param(Plan("r", 2, (Extend(2, 4), Extend(4, 7))), 7, id="two-contiguous-extends"),
+        pytest.param(Plan("r", 0, (Extend(0, 1), Extend(1, 2), Extend(2, 3))), 3, id="unit-steps"),
+    ],
+)
+def test_validate_accepts(plan, prompt_len):
+    assert plan.validate(prompt_len) is None
+
+
+@pytest.mark.parametrize(
+    "plan, prompt_len, message",
+    [
+        pytest.param(
+            Plan("r", 0, (Extend(0, 2), Extend(3, 5))), 5,
+            "plan r: step [3, 5) does not continue at 2", id="gap",
+        ),
+        pytest.param(
+            Plan("r", 0, (Extend(0, 3), Extend(2, 5))), 5,
+            "plan r: step [2, 5) does not continue at 3", id="overlap",
+        ),
+        pytest.param(
+            Plan("r", 2, (Extend(0, 5),)), 5,
+            "plan r: step [0, 5) does not continue at 2", id="first-step-not-at-resume",
+        ),
+        pytest.param(
+            Plan("r", 0, (Extend(0, 4),)), 5,
+            "plan r: steps end at 4, prompt has 5", id="wrong-end-short",
+        ),
+        pytest.param(
+            Plan("r", 0, (Extend(0, 6),)), 5,
+            "plan r: steps end at 6, prompt has 5", id="wrong-end-long",
+        ),
+        pytest.param(
+            Plan("r", 3, ()), 5,
+            "plan r: steps end at 3, prompt has 5", id="no-steps-before-end",
+        ),
+        pytest.param(Plan("r", 6, ()), 5, "plan r: resume 6 outside [0, 5]", id="resume-past-len"),
+        pytest.param(Plan("r", -1, ()), 5, "plan r: resume -1 outside [0, 5]", id="negative-resume"),
+        pytest.param(
+            Plan("r", -1, (Extend(-1, 5),)), 5,
+            "plan r: resume -1 outside [0, 5]", id="negative-resume-with-step",
+        ),
+        pytest.param(
+            Plan("r", 0, (Extend(0, 0), Extend(0, 5))), 5,
+            "plan r: step [0, 0) does not continue at 0", id="zero-length-step",
+        ),
+        pytest.param(
+            Plan("r", 5, (Extend(5, 5),)), 5,
+            "plan r: step [5, 5) does not continue at 5", id="zero-length-step-at-end",
+        ),
+        pytest.param(
+            Plan("r", 3, (Extend(3, 1),)), 5,
+            "plan r: step [3, 1) does not continue at 3", id="reversed-step",
+        ),
+    ],
+)
+def test_validate_rejects(plan, prompt_len, message):
+    with pytest.raises(ValueError) as info:
+        plan.validate(prompt_len)
+    assert str(info.value) == message
+
+
+TOKENS = (11, 12, 13, 14, 15)
+
+
+@pytest.mark.parametrize(
+    "tokens, tree_hit, expected",
+    [
+        pytest.param(TOKENS, 0, Plan("req-1", 0, (Extend(0, 5),)), id="miss"),
+        pytest.param(TOKENS, 1, Plan("req-1", 1, (Extend(1, 5),)), id="hit-1"),
+        pytest.param(TOKENS, 3, Plan("req-1", 3, (Extend(3, 5),)), id="partial"),
+        pytest.param(TOKENS, 4, Plan("req-1", 4, (Extend(4, 5),)), id="all-but-last"),
+        pytest.param(TOKENS, 5, Plan("req-1", 5, ()), id="full-hit-no-steps"),
+        pytest.param((), 0, Plan("req-1", 0, ()), id="empty-prompt"),
+    ],
+)
+def test_radix_plan(tokens, tree_hit, expected):
+    policy = RadixPolicy(RadixConfig())
+    plan = policy.plan(Arrival(rid="req-1", tokens=tokens, cache_key=None, tree_hit=tree_hit))
+    assert plan == expected
+    plan.validate(len(tokens))
+
+
+@pytest.mark.parametrize("cache_key", [None, "salt-a"], ids=["no-key", "keyed"])
+def test_radix_plan_ignores_cache_key(cache_key):
+    policy = RadixPolicy(RadixConfig())
+    arrival = Arrival(rid="k", tokens=TOKENS, cache_key=cache_key, tree_hit=2)
+    assert policy.plan(arrival) == Plan("k", 2, (Extend(2, 5),))
+
+
+def test_radix_is_stateless():
+    policy = RadixPolicy(RadixConfig())
+    assert RadixPolicy.name == "radix"
+    assert policy.config == RadixConfig()
+    assert policy.release(Release(rid="r", prompt_tokens=5, decode_tokens=2)) is None
+    assert policy.check() is None
+    arrival = Arrival(rid="r", tokens=TOKENS, cache_key=None, tree_hit=2)
+    assert policy.plan(arrival) == policy.plan(arrival) == Plan("r", 2, (Extend(2, 5),))
