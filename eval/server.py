@@ -47,6 +47,8 @@ class ServerProcess:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> "ServerProcess":
+        if self.process is not None:
+            raise RuntimeError(f"server on port {self.port} was already started")
         module = "sglang.launch_server" if self.stock else "patches.launch_server"
         cmd = [sys.executable, "-m", module, "--model-path", self.model_path,
                "--host", "127.0.0.1", "--port", str(self.port), *self.extra_args]
@@ -118,7 +120,7 @@ class ServerProcess:
             self.process.wait(timeout=30)
 
     def __enter__(self) -> "ServerProcess":
-        return self.start()
+        return self if self.process is not None else self.start()
 
     def __exit__(self, *exc) -> None:
         self.stop()

@@ -145,6 +145,11 @@ NUM_LAYERS = 8
 LOGIT_STD = 4.0  # std of the logits at init (lm_head std = LOGIT_STD / sqrt(HIDDEN))
 ONE_D_NOISE_STD = 0.1
 A_RANGE = (0.01, 1.0)
+# Matrices that write into the residual stream get N(0, (RESIDUAL_OUT_GAIN^2) / fan_in) (GPT-2 style 1/sqrt(2L)).
+RESIDUAL_OUT_PROJ = ("self_attn.o_proj.weight", "linear_attn.out_proj.weight", "mlp.down_proj.weight")
+RESIDUAL_OUT_GAIN = 1.0 / math.sqrt(2 * NUM_LAYERS)
+# q_norm / k_norm are (1 + w) norms: w ~ 1 doubles q and k, so attention scores have std ~4 instead of ~1.
+QK_NORM_WEIGHT = 1.0
 
 
 def text_config_kwargs(eos_token_id: int, pad_token_id: int) -> dict:
@@ -291,22 +296,25 @@ def _init_weights(model, seed: int) -> None:
     with torch.no_grad():
         for name, p in sorted(model.named_parameters(), key=lambda kv: kv[0]):
             g = _generator(seed, name)
+
+            def normal(std: float, mean: float = 0.0):
+                return torch.empty(p.shape, dtype=torch.float32).normal_(mean, std, generator=g)
+
             if name.endswith("linear_attn.A_log"):
                 lo, hi = A_RANGE
                 a = torch.empty(p.shape, dtype=torch.float32).uniform_(lo, hi, generator=g)
                 p.copy_(torch.log(a))
+            elif name.endswith(("self_attn.q_norm.weight", "self_attn.k_norm.weight")):
+                p.copy_(normal(ONE_D_NOISE_STD, mean=QK_NORM_WEIGHT))
             elif p.ndim == 1:
-                noise = torch.empty(p.shape, dtype=torch.float32).normal_(0.0, ONE_D_NOISE_STD, generator=g)
-                p.add_(noise.to(p.dtype))
-            elif name.endswith("embed_tokens.weight") or name.endswith("pos_embed.weight"):
-                p.copy_(torch.empty(p.shape, dtype=torch.float32).normal_(0.0, 1.0, generator=g))
+                p.add_(normal(ONE_D_NOISE_STD))  # around the default (0 for 1+w norms, 1 for dt_bias, ...)
+            elif name.endswith(("embed_tokens.weight", "pos_embed.weight")):
+                p.copy_(normal(1.0))
             elif name == "lm_head.weight":
-                std = LOGIT_STD / math.sqrt(p.shape[1])
-                p.copy_(torch.empty(p.shape, dtype=torch.float32).normal_(0.0, std, generator=g))
+                p.copy_(normal(LOGIT_STD / math.sqrt(p.shape[1])))
             else:
-                fan_in = math.prod(p.shape[1:])
-                std = 1.0 / math.sqrt(fan_in)
-                p.copy_(torch.empty(p.shape, dtype=torch.float32).normal_(0.0, std, generator=g))
+                gain = RESIDUAL_OUT_GAIN if name.endswith(RESIDUAL_OUT_PROJ) else 1.0
+                p.copy_(normal(gain / math.sqrt(math.prod(p.shape[1:]))))
 
 
 def _patch_config_json(path: Path) -> None:
