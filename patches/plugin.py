@@ -65,7 +65,18 @@ def install() -> None:
     if spec is not None:
         _install_policy_hooks(register, spec)
 
-    originals = {target: _resolve(target) for target in registered}
+    originals, unresolvable = {}, []
+    for target in registered:
+        try:
+            originals[target] = _resolve(target)
+        except (ImportError, AttributeError):
+            unresolvable.append(target)
+    if unresolvable:
+        raise fail(
+            "these hook targets do not exist (SGLang internals changed?): "
+            + ", ".join(unresolvable)
+            + (f"; policy {spec.policy!r} cannot run" if spec else "")
+        )
     HookRegistry.apply_hooks()
     missing = [t for t in registered if t not in HookRegistry._patched or _resolve(t) is originals[t]]
     if missing:

@@ -39,29 +39,45 @@ Checkpoint form (/work/shared/docs/sglang516_cpu.md B1).
 
 config.json edits (read by SGLang, ignored by transformers; /work/shared/docs/sglang_cpu.md §2).
     ``text_config.full_attention_interval = 4``: SGLang derives the layer pattern from it and ignores
-    ``layer_types`` (without it: ``AttributeError ... full_attention_interval``).
-    ``rope_theta = 1e7`` in ``text_config`` and at top level: SGLang configs fall back to 10000 when they do
-    not find it (the value is also inside ``rope_parameters``, which transformers uses).
+    ``layer_types``; without it SGLang 0.5.16 fails with ``AttributeError: 'Qwen3_5TextConfig' object has no
+    attribute 'full_attention_interval'`` (checked). ``rope_theta = 1e7`` in ``text_config`` and at top
+    level: SGLang 0.5.16 reads the value from ``rope_parameters`` (checked: 1e7 even without the edit), but
+    code paths that look for a plain ``rope_theta`` fall back to 10000, which the project's CPU study hit.
     ``attn_output_gate = true``, ``output_gate_type = "swish"`` and ``mamba_ssm_dtype = "float32"`` state
     explicitly what SGLang would otherwise take from code defaults, with the real Qwen3.6 values.
     No ``mrope_section``: text-only input makes MRoPE equal plain 1-D RoPE, and without it SGLang uses its
     plain rotary embedding.
+    Checked by loading the saved model through SGLang 0.5.16's own ``get_model`` on CPU: every tensor
+    (fused ``in_proj_qkvz``/``in_proj_ba``/``qkv_proj``/``gate_up_proj``, conv, ``A_log``, norms, vision
+    tower) arrives equal to the checkpoint, with no "not found in params_dict" warning.
 
 Weights.
     The default init (std 0.02 linears, RMSNorm weights exactly 0, GDN norm 1, ``dt_bias`` 1,
     ``A_log = log U(0, 16)``) is too weak for cache/state tests: the residual stream is almost the current
-    token's embedding, so greedy decoding quickly falls into a one-token loop, and the GDN state decays within
-    a few tokens, so chunk-boundary or state-restore bugs could hide (model_spec.md §6.1). Therefore:
-    every matrix (and conv kernel) is redrawn as N(0, 1/fan_in) so each sub-layer really mixes the context;
-    embeddings are N(0, 1); ``lm_head`` gives logits with a std of about LOGIT_STD, which makes near-ties
-    between the top two tokens rarer (bf16 noise then flips fewer greedy choices); every 1-D parameter
-    (norm weights, ``dt_bias``, vision biases) gets N(0, 0.1^2) noise around its default so that no norm is
-    an exact identity; and ``A_log = log U(0.01, 1)`` so the recurrent state keeps a long memory
-    (decay per token exp(-A * softplus(a + dt_bias)) with A <= 1).
+    token's embedding, so greedy decoding quickly falls into a short loop and the output hardly depends on
+    earlier tokens; the GDN state decays within a few tokens, so chunk-boundary or state-restore bugs could
+    hide (model_spec.md §6.1). So every parameter is redrawn:
+    * matrices and conv kernels: N(0, 1/fan_in), so every sub-layer really mixes the context; the three
+      matrices that write into the residual stream (``o_proj``, ``out_proj``, ``down_proj``) get the
+      GPT-2-style extra factor 1/sqrt(2 * layers) = 0.25. With gain 1 there instead, the model is chaotic:
+      bf16 and fp32 logits differed by ~5 % of their std and greedy bf16 vs fp32 diverged after one token on a
+      388-token prompt; with 0.25 the difference is ~1 % and 32 greedy tokens agree (seed 0).
+    * embeddings N(0, 1); ``lm_head`` N(0, LOGIT_STD^2 / hidden), i.e. logits with std ~4 (mean top-1
+      probability ~0.4 at temperature 1: neither uniform nor one-hot).
+    * 1-D parameters (norm weights, ``dt_bias``, vision biases): their default plus N(0, 0.1^2) noise, so no
+      norm is an exact identity. Exception: ``q_norm``/``k_norm`` weights (applied as 1 + w) are centred on
+      w = 1, i.e. q and k are doubled and attention scores have std ~4 instead of ~1, so a head focuses on a
+      few positions (as trained models do) instead of averaging the whole prefix. This makes far context
+      matter: replacing a 288-token prefix changes the logits of tokens 16-100 positions later by 12-14 % of
+      their std (25 % argmax flips), against 3-4 % (0-8 %) with w ~ 0, while bf16 noise stays ~1 %.
+    * ``A_log = log U(0.01, 1)``: the GDN state keeps a long memory (decay per token
+      exp(-A * softplus(a + dt_bias)) with A <= 1 instead of up to 16).
     Each parameter is drawn from its own ``torch.Generator`` seeded from sha256(seed, parameter name), so the
-    weights do not depend on transformers' init order or RNG use (``torch.manual_seed(seed)`` is still set
-    for everything else). The model is saved in bfloat16 with ``safe_serialization=True``, like the real
-    checkpoint (``A_log`` and ``dt_bias`` included).
+    weights depend on neither transformers' init order nor its RNG use (``torch.manual_seed(seed)`` is still
+    set, and ``torch.use_deterministic_algorithms(True)`` while initialising). The model is saved in bfloat16
+    with ``safe_serialization=True``, like the real checkpoint (``A_log`` and ``dt_bias`` included).
+    ``generation_config.json`` has only eos ``[<|im_end|>, <|endoftext|>]`` and pad, no sampling defaults
+    (SGLang would otherwise apply them to requests that do not set temperature).
 
 Tokenizer (model_spec.md §6.3).
     Byte-level BPE trained with ``tokenizers`` on a fixed, sorted list of 40 Python stdlib sources (picked
@@ -72,8 +88,9 @@ Tokenizer (model_spec.md §6.3).
     tokenizer: ``<|endoftext|>`` (pad), ``<|im_start|>``, ``<|im_end|>`` (eos) are special;
     ``<think>``, ``</think>``, ``<tool_call>``, ``</tool_call>``, ``<tool_response>``, ``</tool_response>``
     are added but not special, as in Qwen, so ``skip_special_tokens`` keeps them in decoded text for
-    reasoning/tool parsers. ``RAYON_NUM_THREADS=1`` (set before ``tokenizers`` is imported) keeps training
-    single-threaded; the output was also checked to be byte-identical across processes. Caveat: the
+    reasoning/tool parsers. The trainer output was checked to be byte-identical across processes, also with
+    ``RAYON_NUM_THREADS=8``; the script still sets ``RAYON_NUM_THREADS=1`` (if unset, and before
+    ``tokenizers`` is imported) as a second line of defence. Caveat: the
     corpus is the running Python's stdlib, so another Python version gives a different (still
     deterministic) tokenizer; the corpus sha256 is printed by ``main``.
 
@@ -88,7 +105,8 @@ from __future__ import annotations
 import os
 
 # Must be set before `tokenizers` (or transformers, which imports it) starts its thread pool.
-os.environ.setdefault("RAYON_NUM_THREADS", "1")
+if not os.environ.get("RAYON_NUM_THREADS"):
+    os.environ["RAYON_NUM_THREADS"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -104,10 +122,6 @@ from pathlib import Path
 
 SCRIPT_DIR = Path(__file__).resolve().parent
 CHAT_TEMPLATE_PATH = SCRIPT_DIR / "tiny_chat_template.jinja"
-
-# ---------------------------------------------------------------------------------------------------------
-# Tokenizer
-# ---------------------------------------------------------------------------------------------------------
 
 # Relative to sysconfig.get_paths()["stdlib"]; all exist in CPython 3.9-3.13. Sorted; fed in this order.
 CORPUS_FILES = (
@@ -132,10 +146,6 @@ MARKUP_TOKENS = (
 )
 EOS_TOKEN = "<|im_end|>"
 PAD_TOKEN = "<|endoftext|>"
-
-# ---------------------------------------------------------------------------------------------------------
-# Model
-# ---------------------------------------------------------------------------------------------------------
 
 VOCAB_SIZE = 512
 HIDDEN = 64
@@ -276,11 +286,6 @@ def build_tokenizer(out_dir: str | Path):
     return tokenizer
 
 
-# ---------------------------------------------------------------------------------------------------------
-# Weights
-# ---------------------------------------------------------------------------------------------------------
-
-
 def _generator(seed: int, name: str):
     import torch
 
@@ -356,12 +361,8 @@ def build(out_dir: str | Path, seed: int = 0) -> Path:
     model = model.to(torch.bfloat16)
     model.save_pretrained(str(out), safe_serialization=True)
     _patch_config_json(out / "config.json")
+    os.chmod(out / "model.safetensors", 0o644)  # save_pretrained leaves it 0600, unlike the other files
     return out
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Checks
-# ---------------------------------------------------------------------------------------------------------
 
 
 def greedy_tokens(model, prompt_ids: list[int], n: int) -> list[int]:
@@ -381,7 +382,7 @@ def greedy_tokens(model, prompt_ids: list[int], n: int) -> list[int]:
 
 def sanity_check(out_dir: str | Path, n_tokens: int = 24) -> dict:
     """Reload in fp32 with transformers, check round-trip tokenization, finite logits, and that greedy decoding
-    from a chat prompt does not collapse. Raises AssertionError on failure; returns some numbers."""
+    from a chat prompt does not collapse. Raises RuntimeError on failure; returns some numbers."""
     import torch
     from transformers import AutoTokenizer, Qwen3_5ForConditionalGeneration
 
@@ -396,13 +397,16 @@ def sanity_check(out_dir: str | Path, n_tokens: int = 24) -> dict:
     ]
     text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     ids = tok(text, add_special_tokens=False)["input_ids"]
-    assert tok.decode(ids) == text, "decode(encode(text)) does not round-trip"
+    if tok.decode(ids) != text:
+        raise RuntimeError("decode(encode(text)) does not round-trip")
     with torch.no_grad():
         logits = model(input_ids=torch.tensor([ids])).logits[0].float()
-    assert torch.isfinite(logits).all(), "non-finite logits"
+    if not bool(torch.isfinite(logits).all()):
+        raise RuntimeError("non-finite logits")
     gen = greedy_tokens(model, ids, n_tokens)
     distinct = len(set(gen))
-    assert distinct >= 6, f"greedy decoding collapsed: {gen}"
+    if distinct < 6:
+        raise RuntimeError(f"greedy decoding collapsed: {gen}")
     top2 = torch.topk(logits, 2, dim=-1).values
     return {
         "prompt_tokens": len(ids),
