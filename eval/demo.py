@@ -30,7 +30,7 @@ SECTIONS = [
     "## Constraints\nDo not change the compiler version. Keep the total build under ten minutes.",
 ]
 
-SERVER_ARGS = ["--max-total-tokens", "8192", "--max-mamba-cache-size", "16",
+SERVER_ARGS = ["--max-total-tokens", "8192", "--max-mamba-cache-size", "64",
                "--chunked-prefill-size", "64", "--max-running-requests", "2"]
 
 
