@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from eval.server import ServerProcess
+from eval.tiny_model import cached_build
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -114,33 +115,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / ".artifacts" / "demo")
     parser.add_argument("--model", type=Path, default=None, help="model dir (default: build the tiny model)")
     args = parser.parse_args(argv)
-    model_dir = args.model or tiny_model(ROOT / ".artifacts")
+    model_dir = args.model or cached_build(ROOT / ".artifacts")
     rows = run(model_dir, args.out, args.policy)
     print()
     print(f"What the prefix cache did per request (policy {args.policy}; prompt = reused + moved + read):")
     print(format_table(rows))
     return 0
-
-
-def tiny_model(artifacts: Path) -> Path:
-    """Build the tiny model once per content of its builder (same location the tests use)."""
-    import hashlib
-    import importlib.util
-    import shutil
-
-    sources = [ROOT / "scripts" / "make_tiny_model.py", ROOT / "scripts" / "tiny_chat_template.jinja"]
-    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()[:12]
-    target = artifacts / f"tiny-model-{digest}"
-    if not (target / "config.json").exists():
-        print(f"[demo] building the tiny model into {target}", flush=True)
-        scratch = artifacts / f"tiny-model-{digest}.partial"
-        shutil.rmtree(scratch, ignore_errors=True)
-        spec = importlib.util.spec_from_file_location("make_tiny_model", sources[0])
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        module.build(scratch)
-        scratch.rename(target)
-    return target
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Tests for scripts/make_tiny_model.py and scripts/tiny_chat_template.jinja.
+"""Tests for the tiny model builder (eval/tiny_model.py) and its chat template (eval/tiny_chat_template.jinja).
 
 The chat-template tests render with transformers' ``apply_chat_template(..., tokenize=False)`` from a
 tokenizer built into a temporary folder and compare exact strings written out by hand from the Qwen3.6
@@ -8,7 +8,6 @@ byte-identical files, the config edits SGLang needs, and that transformers loads
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 from pathlib import Path
@@ -18,17 +17,8 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "scripts" / "make_tiny_model.py"
 
-
-def _load_builder():
-    spec = importlib.util.spec_from_file_location("make_tiny_model", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-mtm = _load_builder()
+from eval import tiny_model as mtm  # noqa: E402
 
 SYSTEM = {"role": "system", "content": "You are terse."}
 TOOLS = [
