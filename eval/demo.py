@@ -10,12 +10,11 @@ append. Per request the table shows prompt = reused (prefix cache) + moved + rea
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
-from eval.server import ServerProcess
+from eval.server import ServerProcess, wait_for_events
 from eval.tiny_model import cached_build
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,20 +53,6 @@ def conversation_turns():
                                {"role": "user", "content": "And the fix?"}]
 
 
-def read_events(path: Path, rids: list[str], timeout: float = 15.0) -> dict[str, dict]:
-    deadline = time.monotonic() + timeout
-    while True:
-        events = {}
-        if path.exists():
-            for line in path.read_text().splitlines():
-                if line.strip():
-                    event = json.loads(line)
-                    events[event["rid"]] = event
-        if all(rid in events for rid in rids) or time.monotonic() > deadline:
-            return events
-        time.sleep(0.2)
-
-
 def format_table(rows: list[dict]) -> str:
     header = f"{'request':<8} {'prompt change':<14} {'prompt':>6} {'reused':>6} {'moved':>5} {'read':>5} {'decode':>6} {'seconds':>7}"
     lines = [header, "-" * len(header)]
@@ -98,7 +83,7 @@ def run(model_dir: Path, out_dir: Path, policy: str = "radix", max_tokens: int =
             server.chat(messages, max_tokens=max_tokens, rid=rid, ignore_eos=True)
             rows.append({"label": label, "kind": kind, "rid": rid, "seconds": time.monotonic() - started})
             print(f"[demo] {label} ({kind}) done in {rows[-1]['seconds']:.1f}s", flush=True)
-        events = read_events(events_path, [row["rid"] for row in rows])
+        events = wait_for_events(events_path, [row["rid"] for row in rows])
     failures = server.fatal_lines()
     if failures:
         raise RuntimeError("server reported errors:\n" + "\n".join(failures))

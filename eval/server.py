@@ -126,6 +126,26 @@ class ServerProcess:
         self.stop()
 
 
+def wait_for_events(path: Path, rids, timeout: float = 15.0) -> dict[str, dict]:
+    """Events (``--cache-events`` lines, as dicts) by rid, once all of ``rids`` are there.
+
+    The scheduler writes a request's event as the request leaves it, which may be just after
+    the client has its answer; returns what is there when ``timeout`` runs out.
+    """
+    path = Path(path)
+    deadline = time.monotonic() + timeout
+    while True:
+        events = {}
+        if path.exists():
+            for line in path.read_text().splitlines():
+                if line.strip():
+                    event = json.loads(line)
+                    events[event["rid"]] = event
+        if all(rid in events for rid in rids) or time.monotonic() > deadline:
+            return events
+        time.sleep(0.2)
+
+
 def output_record(response: dict) -> dict:
     """The parts of a ``/generate`` response that exactness compares: ids, logprobs, cached tokens."""
     meta = response["meta_info"]

@@ -31,6 +31,7 @@ STALE_LOG = "cache-policy executor: dropped state of %d request(s) the idle sche
 @dataclass
 class _Tracked:
     queued_ts: float
+    tokens: tuple[int, ...]  # the prompt, copied once: a waiting request is re-matched every pass
     plan: Plan
 
 
@@ -48,7 +49,11 @@ class PolicyExecutor:
         SGLang matches a waiting request again at every scheduling attempt until it is admitted;
         the latest plan wins and the first sighting's time is kept.
         """
-        tokens = tuple(req.origin_input_ids)
+        previous = self._tracked.get(req.rid)
+        if previous is not None and len(previous.tokens) == len(req.origin_input_ids):
+            tokens = previous.tokens
+        else:  # first sighting, or SGLang rewrote the prompt (an abort shortens it to one token)
+            tokens = tuple(req.origin_input_ids)
         arrival = Arrival(
             rid=req.rid,
             tokens=tokens,
@@ -58,9 +63,8 @@ class PolicyExecutor:
         plan = self.policy.plan(arrival)
         plan.validate(len(tokens))
         self._execute(arrival, plan)
-        previous = self._tracked.get(req.rid)
         queued_ts = previous.queued_ts if previous else time.time()
-        self._tracked[req.rid] = _Tracked(queued_ts=queued_ts, plan=plan)
+        self._tracked[req.rid] = _Tracked(queued_ts=queued_ts, tokens=tokens, plan=plan)
 
     def _execute(self, arrival: Arrival, plan: Plan) -> None:
         """Apply the plan to the request. The prefix SGLang matched is what gets reused, so a plan

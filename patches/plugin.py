@@ -127,11 +127,13 @@ def _install_policy_hooks(register, spec) -> None:
         from patches.events import EventWriter
         from patches.executor import PolicyExecutor
 
-        writes = spec.events_path is not None and getattr(scheduler, "attn_tp_rank", 0) == 0
+        leader = is_leader(scheduler)
+        writes = spec.events_path is not None and leader
         _state["executor"] = PolicyExecutor(
             spec.build(), EventWriter(spec.events_path) if writes else None
         )
-        logger.info("cache policy %s started with config %s", spec.policy, spec.config)
+        if leader:
+            logger.info("cache policy %s started with config %s", spec.policy, spec.config)
 
     def after_match(result, req, tree_cache=None, *args, **kwargs):
         if tree_cache is not None and _state["executor"] is not None:
@@ -149,6 +151,13 @@ def _install_policy_hooks(register, spec) -> None:
     register(REQ_MATCHED, after_match, "after")
     register(RELEASE_KV, before_release, "before")
     register(SCHEDULER_IDLE, before_idle, "before")
+
+
+def is_leader(scheduler) -> bool:
+    """One scheduler per data-parallel group writes events and logs: attention TP/CP rank 0
+    of the first pipeline stage (every rank of a group sees the same requests)."""
+    ps = scheduler.ps
+    return ps.attn_tp_rank == 0 and ps.attn_cp_rank == 0 and ps.pp_rank == 0
 
 
 def _resolve(target: str):

@@ -26,18 +26,22 @@ if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then
 fi
 
 PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check -q)
+# pip warns once per package about this machine's local index folders; keep the real messages.
+pip_install() {
+  "${PIP[@]}" "$@" 2>&1 | { grep -v "^WARNING: Location 'file:" || true; }
+}
 if [ "$MODE" = cpu ]; then
   echo "[setup] installing CPU torch 2.13.0"
-  "${PIP[@]}" torch==2.13.0
+  pip_install torch==2.13.0
   echo "[setup] installing sglang 0.5.16 (--no-deps) and the pinned CPU dependency list"
-  "${PIP[@]}" --no-deps -r "$ROOT/requirements/cpu-top.txt"
-  "${PIP[@]}" --no-deps -r "$ROOT/requirements/cpu-deps.txt"
+  pip_install --no-deps -r "$ROOT/requirements/cpu-top.txt"
+  pip_install --no-deps -r "$ROOT/requirements/cpu-deps.txt"
 else
   echo "[setup] installing sglang 0.5.16 with its CUDA dependencies"
-  "${PIP[@]}" sglang==0.5.16 pytest
+  pip_install sglang==0.5.16 pytest
 fi
 echo "[setup] installing this project (editable)"
-"${PIP[@]}" --no-deps --no-build-isolation -e "$ROOT"
+pip_install --no-deps --no-build-isolation -e "$ROOT"
 
 # The torchvision stand-in must be in place before anything imports sglang, in every process
 # (spawned schedulers included); a .pth line runs at interpreter start. No-op where torchvision exists.

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import json
-import time
-
 import pytest
 from transformers import AutoTokenizer
 
-from eval.server import output_record
+from eval.server import output_record, wait_for_events
 from tests.engine.prompts import prompt_ids
 
 pytestmark = pytest.mark.engine
@@ -48,25 +45,12 @@ def test_shared_prefix_resumes_at_the_deepest_state(radix_server):
     assert record["cached_tokens"] == 64
 
 
-def _read_events(path, rids, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        events = {}
-        if path.exists():
-            for line in path.read_text().splitlines():
-                event = json.loads(line)
-                events[event["rid"]] = event
-        if all(rid in events for rid in rids) or time.monotonic() > deadline:
-            return events
-        time.sleep(0.2)
-
-
 def test_events_file_records_each_request(radix_server):
     prompt = prompt_ids(seed=4, length=80)
     sent = {}
     for rid in ("events-a", "events-b"):
         sent[rid] = output_record(radix_server.generate(prompt, 5, rid=rid))
-    events = _read_events(radix_server.events_path, sent)
+    events = wait_for_events(radix_server.events_path, sent)
     for rid, record in sent.items():
         event = events[rid]
         assert event["policy"] == "radix"

@@ -194,6 +194,11 @@ def admit_and_decode(req, tree_cache, output_ids: list[int]) -> None:
     req.kv.kv_allocated_len = req.kv_committed_len = prompt_len + decoded_kv
 
 
+def _scheduler_stub(attn_tp_rank: int):
+    """What the plugin reads of a Scheduler: its ``ps`` (sglang ParallelState) ranks."""
+    return types.SimpleNamespace(ps=types.SimpleNamespace(attn_tp_rank=attn_tp_rank, attn_cp_rank=0, pp_rank=0))
+
+
 def read_events(path: str) -> list[dict]:
     if not os.path.exists(path):
         return []
@@ -231,9 +236,9 @@ def policy_flow(model_dir: str) -> dict:
 
     # No Scheduler is built: run the plugin's own Scheduler.__init__ AFTER hook with stand-ins.
     (init_hook,) = [hook for _, hook, _ in HookRegistry._hooks[plugin.SCHEDULER_INIT]]
-    init_hook(None, types.SimpleNamespace(attn_tp_rank=1), server_args)
+    init_hook(None, _scheduler_stub(attn_tp_rank=1), server_args)
     out["rank1_writes_events"] = plugin.executor().events is not None
-    init_hook(None, types.SimpleNamespace(attn_tp_rank=0), server_args)
+    init_hook(None, _scheduler_stub(attn_tp_rank=0), server_args)
     executor = plugin.executor()
     out["rank0_events_file"] = executor.events.path if executor.events else None
     out["executor_policy"] = executor.policy.name
