@@ -1,7 +1,8 @@
 """The demo: a short multi-turn conversation with an edit in the middle, served by the patched
 server on the tiny model, and a table of what the prefix cache did for each request.
 
-``python -m eval.demo [--policy radix] [--out DIR]`` (``scripts/demo.sh`` runs it after set-up).
+``python -m eval.demo [--policy radix --policy exact] [--out DIR]`` (``scripts/demo.sh`` runs it
+after set-up; both policies by default, one server after the other, then one side-by-side table).
 The conversation is agent-like: a long first message with several sections, a turn that only
 appends, a turn where the agent deletes a section from the middle of its context, and a final
 append. Per request the table shows prompt = reused (prefix cache) + moved + read.
@@ -32,6 +33,11 @@ SECTIONS = [
 
 SERVER_ARGS = ["--max-total-tokens", "8192", "--max-mamba-cache-size", "64",
                "--chunked-prefill-size", "64", "--max-running-requests", "2"]
+# Policy settings scaled to the tiny model's short prompts (B must equal the chunk size above).
+POLICY_ARGS = {
+    "radix": [],
+    "exact": ["--cache-policy-set", "piece_tokens=64", "--cache-policy-set", "retain_every=256"],
+}
 
 
 def conversation_turns():
@@ -53,14 +59,22 @@ def conversation_turns():
                                {"role": "user", "content": "And the fix?"}]
 
 
-def format_table(rows: list[dict]) -> str:
-    header = f"{'request':<8} {'prompt change':<14} {'prompt':>6} {'reused':>6} {'moved':>5} {'read':>5} {'decode':>6} {'seconds':>7}"
-    lines = [header, "-" * len(header)]
-    for row in rows:
-        lines.append(
-            f"{row['label']:<8} {row['kind']:<14} {row['prompt_tokens']:>6} {row['prefix_reused']:>6} "
-            f"{row['moved']:>5} {row['read']:>5} {row['decode_tokens']:>6} {row['seconds']:>7.2f}"
-        )
+def format_table(rows_by_policy: dict[str, list[dict]]) -> str:
+    """One line per request; for each policy: reused (prefix cache) / moved / read, and seconds."""
+    policies = list(rows_by_policy)
+    first = rows_by_policy[policies[0]]
+    head = f"{'request':<8} {'prompt change':<14} {'prompt':>6}"
+    sub = " " * len(head)
+    for policy in policies:
+        head += f" | {policy:^29}"
+        sub += f" | {'reused':>6} {'moved':>5} {'read':>5} {'seconds':>9}"
+    lines = [head, sub, "-" * len(sub)]
+    for index, row in enumerate(first):
+        line = f"{row['label']:<8} {row['kind']:<14} {row['prompt_tokens']:>6}"
+        for policy in policies:
+            cell = rows_by_policy[policy][index]
+            line += f" | {cell['prefix_reused']:>6} {cell['moved']:>5} {cell['read']:>5} {cell['seconds']:>9.2f}"
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -71,7 +85,8 @@ def run(model_dir: Path, out_dir: Path, policy: str = "radix", max_tokens: int =
     server = ServerProcess(
         model_path=str(model_dir),
         log_path=out_dir / f"server-{policy}.log",
-        extra_args=[*SERVER_ARGS, "--cache-policy", policy, "--cache-events", str(events_path)],
+        extra_args=[*SERVER_ARGS, "--cache-policy", policy, *POLICY_ARGS.get(policy, []),
+                    "--cache-events", str(events_path)],
     )
     print(f"[demo] starting the patched server (policy {policy}) on {model_dir.name}; log: {server.log_path}",
           flush=True)
@@ -96,14 +111,16 @@ def run(model_dir: Path, out_dir: Path, policy: str = "radix", max_tokens: int =
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m eval.demo", description=__doc__.splitlines()[0])
-    parser.add_argument("--policy", default="radix")
+    parser.add_argument("--policy", action="append", choices=sorted(POLICY_ARGS),
+                        help="policy to run (repeatable; default: radix and exact)")
     parser.add_argument("--out", type=Path, default=ROOT / ".artifacts" / "demo")
     parser.add_argument("--model", type=Path, default=None, help="model dir (default: build the tiny model)")
     args = parser.parse_args(argv)
     model_dir = args.model or cached_build(ROOT / ".artifacts")
-    rows = run(model_dir, args.out, args.policy)
+    policies = args.policy or ["radix", "exact"]
+    rows = {policy: run(model_dir, args.out, policy) for policy in policies}
     print()
-    print(f"What the prefix cache did per request (policy {args.policy}; prompt = reused + moved + read):")
+    print("What the prefix cache did per request (prompt = reused + moved + read; read = run through the model):")
     print(format_table(rows))
     return 0
 

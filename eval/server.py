@@ -110,14 +110,20 @@ class ServerProcess:
         return self.post("/v1/chat/completions", payload)
 
     def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
+        """SIGTERM to the launcher (SGLang shuts its children down), then clear the process group."""
+        if self.process is None:
             return
-        os.killpg(self.process.pid, signal.SIGTERM)
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                pass
         try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=30)
+            os.killpg(self.process.pid, signal.SIGKILL)  # anything the launcher left behind
+        except ProcessLookupError:
+            pass
+        self.process.wait(timeout=30)
 
     def __enter__(self) -> "ServerProcess":
         return self if self.process is not None else self.start()

@@ -20,6 +20,9 @@ parallelism) never interleave. Readers (``eval/``) use ``policy.events.RequestEv
 | finish_reason  | str / null  | ``stop``, ``length``, ``abort``, ...                                 |
 | queued_ts      | float       | unix time the policy first saw the request                           |
 | finished_ts    | float       | unix time it left the scheduler                                      |
+| snapshots      | list        | ``[position, kind]`` of each recurrent-state snapshot this read kept  |
+|                |             | (``exact``: periodic, prompt_end, junction, *_back); [] otherwise     |
+| forwards_off_plan | int      | prefill forwards that were not the plan's next piece (must be 0)     |
 
 Identity, always: ``prompt_tokens == prefix_reused + moved + read``.
 """

@@ -40,6 +40,45 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _flag(field: str) -> str:
+    return "--" + field.replace("_", "-")
+
+
+def _given(argv: list[str], flag: str) -> tuple[bool, str | None]:
+    """Whether ``flag`` is on the command line, and its value (None for a bare flag)."""
+    for index, item in enumerate(argv):
+        if item == flag:
+            following = argv[index + 1] if index + 1 < len(argv) else None
+            return True, None if following is None or following.startswith("--") else following
+        if item.startswith(flag + "="):
+            return True, item.split("=", 1)[1]
+    return False, None
+
+
+def apply_server_settings(policy_name: str, settings: dict, argv: list[str]) -> list[str]:
+    """Add the SGLang settings a policy needs to ``argv``; a conflicting user value is an error.
+
+    ``settings`` maps ServerArgs fields to values; True/False are store_true flags.
+    """
+    out = list(argv)
+    for field, value in settings.items():
+        flag = _flag(field)
+        present, given = _given(argv, flag)
+        if isinstance(value, bool):
+            if present and not value:
+                raise registry.PolicyError(f"--cache-policy {policy_name} cannot run with {flag}")
+            if value and not present:
+                out.append(flag)
+            continue
+        if present and given != str(value):
+            raise registry.PolicyError(
+                f"--cache-policy {policy_name} needs {flag} {value}; the command line gives {flag} {given}"
+            )
+        if not present:
+            out += [flag, str(value)]
+    return out
+
+
 def parse(argv: list[str]) -> tuple[registry.PolicySpec, list[str]]:
     """Split our flags from SGLang's and resolve the policy; exits with status 2 on bad input."""
     parser = build_parser()
@@ -47,9 +86,33 @@ def parse(argv: list[str]) -> tuple[registry.PolicySpec, list[str]]:
     try:
         events = os.path.abspath(args.cache_events) if args.cache_events else None
         spec = registry.PolicySpec.resolve(args.cache_policy, args.cache_policy_set, events)
+        policy = spec.build()
+        settings = policy.server_settings() if hasattr(policy, "server_settings") else {}
+        settings.update(_snapshot_budget(policy, rest))
+        rest = apply_server_settings(spec.policy, settings, rest)
     except registry.PolicyError as exc:
         parser.error(str(exc))
     return spec, rest
+
+
+def _snapshot_budget(policy, argv: list[str]) -> dict:
+    """``max_snapshots`` (exact) becomes SGLang's Mamba-pool size: snapshots + one working slot per
+    running request. Fewer than two snapshots cannot serve one request (the lock holds one while
+    the next is written)."""
+    budget = getattr(policy.config, "max_snapshots", 0)
+    if not budget:
+        return {}
+    if budget < 2:
+        raise registry.PolicyError(
+            f"max_snapshots={budget} is too small for one running request: it needs at least 2"
+        )
+    present, running = _given(argv, "--max-running-requests")
+    if not present or running is None or not running.isdigit():
+        raise registry.PolicyError(
+            "max_snapshots needs --max-running-requests N: each running request holds a working state "
+            "slot besides the snapshots"
+        )
+    return {"max_mamba_cache_size": budget + int(running)}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -68,10 +131,32 @@ def main(argv: list[str] | None = None) -> None:
     from sglang.srt.utils import kill_process_tree
 
     server_args = prepare_server_args(sglang_argv)
+    _refuse_unsafe_settings(spec, server_args)
     try:
         run_server(server_args)
     finally:
         kill_process_tree(os.getpid(), include_parent=False)
+
+
+def _refuse_unsafe_settings(spec: registry.PolicySpec, server_args) -> None:
+    """Exit with status 2 when the resolved server settings break what the policy guarantees."""
+    import torch
+
+    policy = spec.build()
+    resolved = vars(server_args)
+    problems = []
+    # The command-line check in ``apply_server_settings`` cannot see repeated flags (SGLang keeps
+    # the last), abbreviations or config files: compare with what SGLang actually resolved.
+    settings = policy.server_settings() if hasattr(policy, "server_settings") else {}
+    for field, value in settings.items():
+        if resolved.get(field) != value:
+            problems.append(f"needs {_flag(field)} {value}, SGLang resolved {resolved.get(field)!r}")
+    if hasattr(policy, "startup_problems"):
+        problems += policy.startup_problems(resolved, dict(os.environ), torch.cuda.is_available())
+    if problems:
+        print(f"python -m patches.launch_server: error: --cache-policy {spec.policy} cannot guarantee its "
+              "results with these settings:\n  - " + "\n  - ".join(problems), file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -129,9 +129,16 @@ def _install_policy_hooks(register, spec) -> None:
 
         leader = is_leader(scheduler)
         writes = spec.events_path is not None and leader
+        plans_in_tree = spec.policy == "exact"
         _state["executor"] = PolicyExecutor(
-            spec.build(), EventWriter(spec.events_path) if writes else None
+            spec.build(), EventWriter(spec.events_path) if writes else None, plans_in_tree=plans_in_tree
         )
+        if plans_in_tree:
+            from patches.exact_tree import ExactRadixCache
+
+            if not isinstance(scheduler.tree_cache, ExactRadixCache):
+                raise fail(f"policy exact needs --radix-cache-backend exact, the scheduler built {type(scheduler.tree_cache).__name__}")
+            ExactRadixCache.executor = _state["executor"]
         if leader:
             logger.info("cache policy %s started with config %s", spec.policy, spec.config)
 
@@ -147,6 +154,10 @@ def _install_policy_hooks(register, spec) -> None:
         if _state["executor"] is not None:
             _state["executor"].on_idle(scheduler)
 
+    if spec.policy == "exact":
+        from patches.exact_tree import register_backend
+
+        register_backend()
     register(SCHEDULER_INIT, after_scheduler_init, "after")
     register(REQ_MATCHED, after_match, "after")
     register(RELEASE_KV, before_release, "before")

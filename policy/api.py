@@ -23,7 +23,9 @@ class Arrival:
     rid: str
     tokens: tuple[int, ...]  # full prompt token ids
     cache_key: str | None  # namespace (cache_salt / extra_key); different keys share nothing
-    tree_hit: int  # prefix length the engine's prefix tree serves for this prompt
+    tree_hit: int  # prefix length the engine's own match would serve (its deepest usable state)
+    tree_match: int = 0  # longest prefix of tokens[:-1] whose KV the tree holds
+    tree_states: tuple[int, ...] = ()  # depths <= tree_match on that path holding a state snapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +36,15 @@ class Extend:
     end: int
 
 
-Step = Union[Extend]
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Keep the recurrent state (and the KV before it) after the forward that ends at ``at``."""
+
+    at: int
+    kind: str
+
+
+Step = Union[Extend, Snapshot]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,11 +56,17 @@ class Plan:
     steps: tuple[Step, ...]
 
     def validate(self, prompt_len: int) -> None:
-        """Raise ``ValueError`` unless the steps tile ``[resume, prompt_len)`` in order."""
+        """Raise ``ValueError`` unless the Extend steps tile ``[resume, prompt_len)`` in order and
+        each Snapshot follows the Extend that ends where it is taken."""
         if not 0 <= self.resume <= prompt_len:
             raise ValueError(f"plan {self.rid}: resume {self.resume} outside [0, {prompt_len}]")
-        cursor = self.resume
+        cursor, seen = self.resume, set()
         for step in self.steps:
+            if isinstance(step, Snapshot):
+                if step.at != cursor or step.at <= self.resume or step.at in seen:
+                    raise ValueError(f"plan {self.rid}: snapshot at {step.at} is not the end of a read forward")
+                seen.add(step.at)
+                continue
             if step.start != cursor or step.end <= step.start:
                 raise ValueError(
                     f"plan {self.rid}: step [{step.start}, {step.end}) does not continue at {cursor}"
@@ -58,6 +74,14 @@ class Plan:
             cursor = step.end
         if cursor != prompt_len:
             raise ValueError(f"plan {self.rid}: steps end at {cursor}, prompt has {prompt_len}")
+
+    def snapshots(self) -> dict[int, str]:
+        """Where this plan keeps states: position -> kind."""
+        return {step.at: step.kind for step in self.steps if isinstance(step, Snapshot)}
+
+    def forwards(self) -> list[tuple[int, int]]:
+        """The ``[start, end)`` of each Extend, in order."""
+        return [(step.start, step.end) for step in self.steps if isinstance(step, Extend)]
 
 
 @dataclass(frozen=True, slots=True)

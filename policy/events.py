@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator
 
 SCHEMA_VERSION = 1
@@ -25,6 +25,8 @@ class RequestEvent:
     finish_reason: str | None
     queued_ts: float
     finished_ts: float
+    snapshots: list = field(default_factory=list)  # [[position, kind], ...] kept by this read
+    forwards_off_plan: int = 0  # prefill forwards that were not the plan's next piece
     schema: int = SCHEMA_VERSION
 
     def __post_init__(self):

@@ -22,6 +22,7 @@ SPEC_ENV = "CACHE_POLICY_SPEC"
 
 _IMPLEMENTATIONS: dict[str, str] = {
     "radix": "policy.radix:RadixPolicy",
+    "exact": "exact_cache.policy:ExactPolicy",
 }
 
 _TRUE = {"1", "true", "yes", "on"}

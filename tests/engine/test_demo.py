@@ -11,6 +11,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from eval import demo
+from exact_cache.replay import replay
 
 pytestmark = pytest.mark.engine
 
@@ -27,24 +28,36 @@ def expected_reuse(prompt: list[int], earlier: list[list[int]]) -> int:
     return best
 
 
-def test_demo_table(tiny_model_dir, tmp_path):
-    assert "--chunked-prefill-size" in demo.SERVER_ARGS and str(CHUNK) in demo.SERVER_ARGS
-    rows = demo.run(tiny_model_dir, tmp_path, policy="radix")
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    prompts = [
+def chat_prompts(model_dir) -> list[list[int]]:
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    return [
         tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
         for _, _, messages in demo.conversation_turns()
     ]
+
+
+def check_rows(rows, prompts, expected_reused):
     assert [row["kind"] for row in rows] == ["first", "append", "edited", "append"]
-    for index, (row, prompt) in enumerate(zip(rows, prompts)):
+    for row, prompt, reused in zip(rows, prompts, expected_reused):
         assert row["prompt_tokens"] == len(prompt)
-        assert row["prefix_reused"] == expected_reuse(prompt, prompts[:index]), row["label"]
+        assert row["prefix_reused"] == reused, row["label"]
         assert row["moved"] == 0
         assert row["read"] == row["prompt_tokens"] - row["prefix_reused"]
         assert row["decode_tokens"] == 12
-    reuse = [row["prefix_reused"] for row in rows]
-    assert reuse[0] == 0 and reuse[1] > 0 and reuse[2] < reuse[1] and reuse[3] > 0
-    table = demo.format_table(rows)
-    assert table.splitlines()[0].split() == ["request", "prompt", "change", "prompt", "reused", "moved", "read",
-                                              "decode", "seconds"]
-    assert len(table.splitlines()) == 2 + len(rows)
+
+
+def test_demo_table(tiny_model_dir, tmp_path):
+    assert "--chunked-prefill-size" in demo.SERVER_ARGS and str(CHUNK) in demo.SERVER_ARGS
+    assert demo.POLICY_ARGS["exact"] == ["--cache-policy-set", f"piece_tokens={CHUNK}",
+                                         "--cache-policy-set", "retain_every=256"]
+    prompts = chat_prompts(tiny_model_dir)
+    rows = {policy: demo.run(tiny_model_dir, tmp_path, policy=policy) for policy in ("radix", "exact")}
+    check_rows(rows["radix"], prompts, [expected_reuse(p, prompts[:i]) for i, p in enumerate(prompts)])
+    check_rows(rows["exact"], prompts, replay(prompts, piece=CHUNK, retain_every=256))
+    radix = [row["prefix_reused"] for row in rows["radix"]]
+    assert radix[0] == 0 and radix[1] > 0 and radix[2] < radix[1] and radix[3] > 0
+    table = demo.format_table(rows).splitlines()
+    assert table[0].split() == ["request", "prompt", "change", "prompt", "|", "radix", "|", "exact"]
+    assert table[1].split() == ["|", "reused", "moved", "read", "seconds"] * 2
+    assert len(table) == 3 + len(prompts)
+    assert table[3].split()[:3] == ["turn", "1", "first"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from eval.server import output_record
-from tests.engine.conftest import start_server
+from tests.engine.conftest import RADIX_ARGS, start_server
 from tests.engine.prompts import prompt_ids
 
 pytestmark = pytest.mark.engine
@@ -38,13 +38,13 @@ def run_sequence(server) -> list[dict]:
 
 
 def test_radix_policy_is_inert(tiny_model_dir, tmp_path):
-    with start_server(tiny_model_dir, tmp_path, "stock", stock=True) as stock:
+    with start_server(tiny_model_dir, tmp_path, "stock", RADIX_ARGS, stock=True) as stock:
         expected = run_sequence(stock)
         assert "[cache-policy] overlay installed" in stock.log_text()
         assert "policy=None" in stock.log_text()
         assert "cache policy radix started" not in stock.log_text()
     assert stock.fatal_lines() == []
-    with start_server(tiny_model_dir, tmp_path, "radix", ["--cache-policy", "radix"]) as patched:
+    with start_server(tiny_model_dir, tmp_path, "radix", [*RADIX_ARGS, "--cache-policy", "radix"]) as patched:
         observed = run_sequence(patched)
         assert "cache policy radix started" in patched.log_text()
     assert patched.fatal_lines() == []

@@ -48,10 +48,19 @@ EVENT_DICT = {
     "finish_reason": "stop",
     "queued_ts": 100.0,
     "finished_ts": 101.5,
+    "snapshots": [],
+    "forwards_off_plan": 0,
     "schema": 1,
 }
 
 EVENT_LINE = (
+    '{"cache_salt": null, "decode_tokens": 3, "finish_reason": "stop", "finished_ts": 101.5, '
+    '"forwards_off_plan": 0, "moved": 0, "plan_resume": 4, "policy": "radix", "prefix_reused": 4, '
+    '"prompt_tokens": 10, "queued_ts": 100.0, "read": 6, "rid": "r1", "schema": 1, "snapshots": []}'
+)
+
+# A line written before ``snapshots`` and ``forwards_off_plan`` existed (same schema): still readable.
+OLD_EVENT_LINE = (
     '{"cache_salt": null, "decode_tokens": 3, "finish_reason": "stop", "finished_ts": 101.5, '
     '"moved": 0, "plan_resume": 4, "policy": "radix", "prefix_reused": 4, "prompt_tokens": 10, '
     '"queued_ts": 100.0, "read": 6, "rid": "r1", "schema": 1}'
@@ -107,12 +116,35 @@ def test_to_dict_exact():
     assert make_event().to_dict() == EVENT_DICT
 
 
+def test_new_fields_default_empty_and_not_shared():
+    first, second = make_event(), make_event()
+    assert (first.snapshots, first.forwards_off_plan) == ([], 0)
+    assert first.snapshots is not second.snapshots
+
+
+def test_to_dict_with_snapshots_exact():
+    event = make_event(policy="exact", snapshots=[[256, "periodic"], [320, "prompt_end"]], forwards_off_plan=1)
+    assert event.to_dict() == dict(
+        EVENT_DICT, policy="exact", snapshots=[[256, "periodic"], [320, "prompt_end"]], forwards_off_plan=1
+    )
+
+
+def test_line_without_the_new_fields_still_reads(tmp_path):
+    path = tmp_path / "events.jsonl"
+    path.write_text(OLD_EVENT_LINE + "\n")
+    assert list(read_events(str(path))) == [make_event()]
+
+
 @pytest.mark.parametrize(
     "overrides",
     [
         pytest.param({}, id="default"),
         pytest.param(dict(cache_salt="salt", plan_resume=None, finish_reason=None), id="nullables"),
         pytest.param(dict(prefix_reused=2, moved=3, read=5, policy="exact"), id="moved"),
+        pytest.param(
+            dict(policy="exact", snapshots=[[256, "periodic"], [512, "prompt_end"]], forwards_off_plan=2),
+            id="exact-snapshots",
+        ),
     ],
 )
 def test_dict_round_trip(overrides):

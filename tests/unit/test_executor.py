@@ -12,9 +12,11 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from exact_cache.config import ExactConfig
+from exact_cache.policy import ExactPolicy
 from patches.events import EventWriter
-from patches.executor import PolicyExecutor
-from policy.api import Extend, Plan
+from patches.executor import OFF_PLAN_LOG, PolicyExecutor
+from policy.api import Extend, Plan, Snapshot
 from policy.radix import RadixConfig, RadixPolicy
 
 
@@ -133,3 +135,159 @@ def test_a_plan_that_does_not_resume_at_the_tree_hit_is_refused():
     executor = PolicyExecutor(Greedy(), None)
     with pytest.raises(NotImplementedError, match="resume 0 differs from the tree hit 2"):
         executor.on_matched(FakeReq("r5", [1, 2, 3, 4], prefix_indices=[0, 0]))
+
+
+# ---------------------------------------------------------------------- exact: plans made inside the tree
+
+EXACT = ExactConfig(piece_tokens=64, retain_every=256)
+# A cold 300-token prompt: pieces [0,64) ... [192,256), tail [256,300); e = floor(299/64)*64 = 256 = R,
+# so one snapshot, at 256, of kind periodic (periodic wins over prompt_end).
+COLD_300_FORWARDS = [(0, 64), (64, 128), (128, 192), (192, 256), (256, 300)]
+
+
+def exact_executor(events=None) -> PolicyExecutor:
+    return PolicyExecutor(ExactPolicy(EXACT), events, plans_in_tree=True)
+
+
+def test_exact_cold_plan_and_pieces_as_planned(caplog):
+    executor = exact_executor()
+    req = FakeReq("x1", list(range(300)))
+    plan = executor.plan_exact(req, 0, ())
+    assert plan.resume == 0
+    assert plan.forwards() == COLD_300_FORWARDS
+    assert plan.snapshots() == {256: "periodic"}
+    with caplog.at_level(logging.ERROR):
+        kinds = [executor.piece_done(req, end) for end in (64, 128, 192, 256, 300)]
+        assert kinds == [None, None, None, "periodic", None]
+        # The call after the last prefill forward counts the first output token: 301 > 300.
+        assert executor.piece_done(req, 301) is None
+    assert executor._tracked["x1"].forwards_off_plan == 0
+    assert caplog.text == ""
+
+
+def test_exact_tail_reported_with_the_first_output_token():
+    """The tail piece may only be seen as end = |P| + 1: clamped to |P|, it is the planned tail."""
+    executor = exact_executor()
+    req = FakeReq("x2", list(range(300)))
+    executor.plan_exact(req, 0, ())
+    assert [executor.piece_done(req, end) for end in (64, 128, 192, 256, 301)] == [None, None, None, "periodic", None]
+    assert executor._tracked["x2"].forwards_off_plan == 0
+    assert executor._tracked["x2"].read_until == 300
+
+
+def test_exact_repeated_end_is_not_a_forward():
+    executor = exact_executor()
+    req = FakeReq("x3", list(range(300)))
+    executor.plan_exact(req, 0, ())
+    assert executor.piece_done(req, 64) is None
+    assert executor.piece_done(req, 64) is None  # no new tokens read: ignored, not off plan
+    assert executor._tracked["x3"].forwards_off_plan == 0
+
+
+def test_exact_resumed_plan_from_the_tree_walk():
+    executor = exact_executor()
+    req = FakeReq("x4", list(range(300)), extra_key="salt")
+    # m = 200 -> A = 192; states (64, 192) -> c* = 192; keep: 256 (periodic) only.
+    plan = executor.plan_exact(req, 200, (64, 192))
+    assert plan == Plan("x4", 192, (Extend(192, 256), Snapshot(256, "periodic"), Extend(256, 300)))
+    assert [executor.piece_done(req, end) for end in (256, 300)] == ["periodic", None]
+    assert executor._tracked["x4"].forwards_off_plan == 0
+
+
+def test_exact_off_plan_forward_is_counted_and_logged(caplog):
+    executor = exact_executor()
+    req = FakeReq("x5", list(range(300)))
+    executor.plan_exact(req, 0, ())
+    with caplog.at_level(logging.ERROR):
+        assert executor.piece_done(req, 100) is None  # [0, 100): not a piece
+    assert executor._tracked["x5"].forwards_off_plan == 1
+    assert [r.getMessage() for r in caplog.records] == [OFF_PLAN_LOG % ("x5", 0, 100, (0, 64))]
+    assert caplog.records[0].levelno == logging.ERROR
+    caplog.clear()
+    with caplog.at_level(logging.ERROR):
+        # From 100 no planned forward starts: every later forward is off plan, none takes a snapshot.
+        assert executor.piece_done(req, 256) is None
+    assert executor._tracked["x5"].forwards_off_plan == 2
+    assert [r.getMessage() for r in caplog.records] == [OFF_PLAN_LOG % ("x5", 100, 256, None)]
+
+
+def test_exact_event_carries_snapshots_and_off_plan_count(tmp_path):
+    path = tmp_path / "e.jsonl"
+    executor = exact_executor(EventWriter(str(path)))
+    req = FakeReq("x6", list(range(300)), extra_key="k")
+    executor.plan_exact(req, 0, ())
+    for end in (64, 128, 192, 256):
+        kind = executor.piece_done(req, end)
+        if kind is not None:
+            executor.snapshot_written(req, end, kind)
+    executor.piece_done(req, 280)  # off plan: the tail should be [256, 300)
+    executor.piece_done(req, 301)  # off plan too: [280, 300)
+    req.cached_tokens, req.output_ids, req.finished_reason = 0, [7, 8], FinishLength()
+    executor.on_release(req)
+    (event,) = [json.loads(line) for line in path.read_text().splitlines()]
+    assert {k: event[k] for k in ("rid", "policy", "prompt_tokens", "prefix_reused", "read", "plan_resume",
+                                  "snapshots", "forwards_off_plan", "cache_salt")} == {
+        "rid": "x6", "policy": "exact", "prompt_tokens": 300, "prefix_reused": 0, "read": 300, "plan_resume": 0,
+        "snapshots": [[256, "periodic"]], "forwards_off_plan": 2, "cache_salt": "k",
+    }
+    assert executor._tracked == {}
+
+
+def test_radix_event_has_empty_snapshots(tmp_path):
+    path = tmp_path / "e.jsonl"
+    executor = PolicyExecutor(RecordingPolicy(), EventWriter(str(path)))
+    req = FakeReq("r6", [1, 2, 3], finished_reason=FinishLength())
+    executor.on_matched(req)
+    executor.on_release(req)
+    (event,) = [json.loads(line) for line in path.read_text().splitlines()]
+    assert (event["snapshots"], event["forwards_off_plan"]) == ([], 0)
+
+
+def test_replanning_a_waiting_request_resets_its_progress():
+    executor = exact_executor()
+    req = FakeReq("x7", list(range(300)))
+    assert executor.plan_exact(req, 0, ()).resume == 0
+    before = executor._tracked["x7"]
+    executor.plan_exact(req, 200, (192,))  # re-matched on a later scheduling pass: c* = 192
+    tracked = executor._tracked["x7"]
+    assert (tracked.plan.resume, tracked.read_until, tracked.forwards_off_plan) == (192, 192, 0)
+    assert tracked.tokens is before.tokens and tracked.queued_ts == before.queued_ts
+    assert executor.piece_done(req, 256) == "periodic"  # [192, 256) is the new plan's first piece
+
+
+@pytest.mark.parametrize(
+    "prefix_len, raises",
+    [
+        pytest.param(192, False, id="tree-serves-the-plan's-resume"),
+        pytest.param(0, True, id="tree-serves-less"),
+        pytest.param(256, True, id="tree-serves-more"),
+    ],
+)
+def test_on_matched_checks_the_tree_against_the_plan(prefix_len, raises):
+    executor = exact_executor()
+    req = FakeReq("x8", list(range(300)))
+    executor.plan_exact(req, 200, (192,))  # c* = 192
+    req.prefix_indices = [0] * prefix_len
+    if raises:
+        with pytest.raises(AssertionError) as info:
+            executor.on_matched(req)
+        assert str(info.value) == f"x8: SGLang resumes at {prefix_len}, the plan at 192"
+    else:
+        assert executor.on_matched(req) is None
+    assert executor._tracked["x8"].plan.resume == 192  # on_matched never replans in the tree mode
+
+
+def test_on_matched_without_a_plan_from_the_tree():
+    executor = exact_executor()
+    with pytest.raises(AssertionError) as info:
+        executor.on_matched(FakeReq("x9", [1, 2, 3]))
+    assert str(info.value) == "x9: SGLang resumes at 0, the plan at None"
+
+
+def test_a_plan_with_snapshots_is_refused_outside_the_tree():
+    executor = PolicyExecutor(ExactPolicy(EXACT), None)  # plans_in_tree=False
+    with pytest.raises(NotImplementedError) as info:
+        executor.on_matched(FakeReq("x10", list(range(300))))
+    assert str(info.value) == (
+        "plan x10: step Snapshot(at=256, kind='periodic') needs a policy that plans inside the tree"
+    )

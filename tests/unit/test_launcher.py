@@ -7,6 +7,7 @@ argument parsing, before any server starts.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -16,8 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from patches.launch_server import parse
-from policy.registry import PolicySpec
+from exact_cache.config import ExactConfig
+from exact_cache.policy import ExactPolicy
+from patches.launch_server import _given, _snapshot_budget, apply_server_settings, parse
+from policy.registry import PolicyError, PolicySpec
 from tests.unit.fake_policy import FakeConfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -160,12 +163,12 @@ USAGE_ERROR = "python -m patches.launch_server: error: "
     [
         pytest.param(
             ["--cache-policy", "nope"],
-            "argument --cache-policy: invalid choice: 'nope' (choose from 'radix')",
+            "argument --cache-policy: invalid choice: 'nope' (choose from 'exact', 'radix')",
             id="unknown-policy",
         ),
         pytest.param(
             ["--model-path", "m", "--cache-policy=nope", "--port", "3"],
-            "argument --cache-policy: invalid choice: 'nope' (choose from 'radix')",
+            "argument --cache-policy: invalid choice: 'nope' (choose from 'exact', 'radix')",
             id="unknown-policy-equals-form",
         ),
         pytest.param(
@@ -177,6 +180,27 @@ USAGE_ERROR = "python -m patches.launch_server: error: "
             ["--cache-policy-set", "novalue"],
             "--cache-policy-set expects key=value, got 'novalue'",
             id="setting-without-value",
+        ),
+        pytest.param(
+            ["--cache-policy", "exact", "--cache-policy-set", "piece_tokens=100"],
+            "cache policy 'exact': piece_tokens=100: must be a positive multiple of 64",
+            id="exact-bad-piece",
+        ),
+        pytest.param(
+            ["--model-path", "m", "--cache-policy", "exact", "--chunked-prefill-size", "128"],
+            "--cache-policy exact needs --chunked-prefill-size 832; "
+            "the command line gives --chunked-prefill-size 128",
+            id="exact-conflicting-chunk-size",
+        ),
+        pytest.param(
+            ["--cache-policy", "exact", "--enable-mixed-chunk"],
+            "--cache-policy exact cannot run with --enable-mixed-chunk",
+            id="exact-forbidden-flag",
+        ),
+        pytest.param(
+            ["--cache-policy", "exact", "--cache-policy-set", "max_snapshots=1"],
+            "max_snapshots=1 is too small for one running request: it needs at least 2",
+            id="exact-budget-too-small",
         ),
         pytest.param(
             ["--cache-policy-set", "=1"],
@@ -217,6 +241,14 @@ def test_entry_point_rejects_bad_input(argv, error):
             ["--cache-policy-set", "foo=1"], ["has no setting 'foo'", "valid settings: (none)"], id="unknown-setting",
         ),
         pytest.param(["--cache-policy-set", "novalue"], ["key=value"], id="missing-equals-mentions-key-value"),
+        pytest.param(
+            ["--cache-policy", "exact", "--cache-policy-set", "piece_tokens=100"], ["piece_tokens"],
+            id="exact-bad-piece-names-the-setting",
+        ),
+        pytest.param(
+            ["--cache-policy", "exact", "--chunked-prefill-size", "128"], ["needs --chunked-prefill-size 832"],
+            id="exact-chunk-size-names-the-needed-value",
+        ),
     ],
 )
 def test_entry_point_error_mentions(argv, fragments):
@@ -226,3 +258,204 @@ def test_entry_point_error_mentions(argv, fragments):
     for fragment in fragments:
         assert fragment in error_line
     assert elapsed < FAST_S
+
+
+# ---------------------------------------------------------------------- the exact policy's SGLang settings
+
+EXACT_832_ADDED = [
+    "--chunked-prefill-size", "832",
+    "--prefill-max-requests", "1",
+    "--page-size", "1",
+    "--mamba-radix-cache-strategy", "no_buffer",
+    "--disable-overlap-schedule",
+    "--radix-cache-backend", "exact",
+]  # enable_mixed_chunk=False adds nothing
+
+
+def exact_spec(**config) -> PolicySpec:
+    return PolicySpec("exact", dataclasses.asdict(ExactConfig(**config)), None)
+
+
+@pytest.mark.parametrize(
+    "argv, expected_spec, expected_rest",
+    [
+        pytest.param(
+            ["--model-path", "m", "--cache-policy", "exact"], exact_spec(), ["--model-path", "m", *EXACT_832_ADDED],
+            id="defaults-appended-after-passthrough",
+        ),
+        pytest.param(
+            ["--cache-policy", "exact", "--cache-policy-set", "piece_tokens=64", "--cache-policy-set", "retain_every=256"],
+            exact_spec(piece_tokens=64, retain_every=256),
+            ["--chunked-prefill-size", "64", *EXACT_832_ADDED[2:]],
+            id="piece-size-follows-the-setting",
+        ),
+        pytest.param(
+            ["--cache-policy", "exact", "--chunked-prefill-size", "832", "--disable-overlap-schedule", "--page-size=1"],
+            exact_spec(),
+            ["--chunked-prefill-size", "832", "--disable-overlap-schedule", "--page-size=1",
+             "--prefill-max-requests", "1", "--mamba-radix-cache-strategy", "no_buffer",
+             "--radix-cache-backend", "exact"],
+            id="agreeing-values-not-repeated",
+        ),
+        pytest.param(
+            ["--cache-policy", "exact", "--cache-policy-set", "max_snapshots=3", "--max-running-requests", "2"],
+            exact_spec(max_snapshots=3),
+            ["--max-running-requests", "2", *EXACT_832_ADDED, "--max-mamba-cache-size", "5"],
+            id="snapshot-budget-sizes-the-mamba-pool",
+        ),
+    ],
+)
+def test_parse_exact(argv, expected_spec, expected_rest):
+    spec, rest = parse(argv)
+    assert spec == expected_spec
+    assert rest == expected_rest
+
+
+@pytest.mark.parametrize(
+    "argv, flag, expected",
+    [
+        pytest.param([], "--page-size", (False, None), id="absent"),
+        pytest.param(["--page-size", "4"], "--page-size", (True, "4"), id="space-form"),
+        pytest.param(["--page-size=4"], "--page-size", (True, "4"), id="equals-form"),
+        pytest.param(["--port", "3", "--disable-overlap-schedule"], "--disable-overlap-schedule", (True, None),
+                     id="bare-flag-last"),
+        pytest.param(["--disable-overlap-schedule", "--port", "3"], "--disable-overlap-schedule", (True, None),
+                     id="bare-flag-before-another-flag"),
+        pytest.param(["--page-size-x", "4"], "--page-size", (False, None), id="longer-name-is-not-the-flag"),
+        pytest.param(["--random-seed", "-1"], "--random-seed", (True, "-1"), id="negative-value"),
+    ],
+)
+def test_given(argv, flag, expected):
+    assert _given(argv, flag) == expected
+
+
+@pytest.mark.parametrize(
+    "settings, argv, expected",
+    [
+        pytest.param({"disable_overlap_schedule": True}, ["--port", "3"],
+                     ["--port", "3", "--disable-overlap-schedule"], id="bool-flag-added"),
+        pytest.param({"disable_overlap_schedule": True}, ["--disable-overlap-schedule"],
+                     ["--disable-overlap-schedule"], id="bool-flag-already-given"),
+        pytest.param({"enable_mixed_chunk": False}, ["--port", "3"], ["--port", "3"], id="absent-bool-stays-absent"),
+        pytest.param({"page_size": 1}, ["--port", "3"], ["--port", "3", "--page-size", "1"], id="value-added"),
+        pytest.param({"page_size": 1}, ["--page-size", "1"], ["--page-size", "1"], id="same-value-unchanged"),
+        pytest.param({"page_size": 1}, ["--page-size=1"], ["--page-size=1"], id="same-value-equals-form-unchanged"),
+        pytest.param(
+            {"chunked_prefill_size": 64, "radix_cache_backend": "exact"}, [],
+            ["--chunked-prefill-size", "64", "--radix-cache-backend", "exact"], id="in-settings-order",
+        ),
+        pytest.param({}, ["--port", "3"], ["--port", "3"], id="no-settings"),
+    ],
+)
+def test_apply_server_settings(settings, argv, expected):
+    argv_copy = list(argv)
+    assert apply_server_settings("exact", settings, argv) == expected
+    assert argv == argv_copy
+
+
+@pytest.mark.parametrize(
+    "settings, argv, message",
+    [
+        pytest.param(
+            {"enable_mixed_chunk": False}, ["--enable-mixed-chunk"],
+            "--cache-policy exact cannot run with --enable-mixed-chunk", id="forbidden-bool-flag",
+        ),
+        pytest.param(
+            {"page_size": 1}, ["--page-size", "16"],
+            "--cache-policy exact needs --page-size 1; the command line gives --page-size 16", id="different-value",
+        ),
+        pytest.param(
+            {"page_size": 1}, ["--page-size=16"],
+            "--cache-policy exact needs --page-size 1; the command line gives --page-size 16",
+            id="different-value-equals-form",
+        ),
+        pytest.param(
+            {"mamba_radix_cache_strategy": "no_buffer"}, ["--mamba-radix-cache-strategy", "extra_buffer"],
+            "--cache-policy exact needs --mamba-radix-cache-strategy no_buffer; "
+            "the command line gives --mamba-radix-cache-strategy extra_buffer",
+            id="different-string-value",
+        ),
+        pytest.param(
+            {"page_size": 1}, ["--page-size", "--port", "3"],
+            "--cache-policy exact needs --page-size 1; the command line gives --page-size None",
+            id="value-flag-without-value",
+        ),
+    ],
+)
+def test_apply_server_settings_conflicts(settings, argv, message):
+    with pytest.raises(PolicyError) as info:
+        apply_server_settings("exact", settings, argv)
+    assert str(info.value) == message
+
+
+def exact_policy(max_snapshots: int) -> ExactPolicy:
+    return ExactPolicy(ExactConfig(max_snapshots=max_snapshots))
+
+
+@pytest.mark.parametrize(
+    "max_snapshots, argv, expected",
+    [
+        pytest.param(0, [], {}, id="0-leaves-sglang-sizing"),
+        pytest.param(0, ["--max-running-requests", "2"], {}, id="0-ignores-running"),
+        pytest.param(3, ["--max-running-requests", "2"], {"max_mamba_cache_size": 5}, id="3+2"),
+        pytest.param(2, ["--max-running-requests=1"], {"max_mamba_cache_size": 3}, id="2+1-equals-form"),
+    ],
+)
+def test_snapshot_budget(max_snapshots, argv, expected):
+    assert _snapshot_budget(exact_policy(max_snapshots), argv) == expected
+
+
+@pytest.mark.parametrize(
+    "max_snapshots, argv, message",
+    [
+        pytest.param(
+            1, ["--max-running-requests", "2"],
+            "max_snapshots=1 is too small for one running request: it needs at least 2", id="1-too-small",
+        ),
+        pytest.param(
+            3, [],
+            "max_snapshots needs --max-running-requests N: each running request holds a working state slot "
+            "besides the snapshots",
+            id="3-without-running",
+        ),
+        pytest.param(
+            3, ["--max-running-requests"],
+            "max_snapshots needs --max-running-requests N: each running request holds a working state slot "
+            "besides the snapshots",
+            id="3-running-without-value",
+        ),
+    ],
+)
+def test_snapshot_budget_rejects(max_snapshots, argv, message):
+    with pytest.raises(PolicyError) as info:
+        _snapshot_budget(exact_policy(max_snapshots), argv)
+    assert str(info.value) == message
+
+
+def test_snapshot_budget_of_a_policy_without_one():
+    assert _snapshot_budget(PolicySpec("radix").build(), ["--max-running-requests", "2"]) == {}
+
+
+def test_parse_exact_does_not_import_sglang_or_torch():
+    code = (
+        "import json, sys\n"
+        "from patches.launch_server import parse\n"
+        "spec, rest = parse(['--cache-policy', 'exact', '--model-path', 'm'])\n"
+        "print(json.dumps({'rest': rest,"
+        " 'heavy': sorted(m for m in sys.modules if m.split('.')[0] in ('sglang', 'torch'))}))\n"
+    )
+    result, _ = run_python(["-c", code])
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["heavy"] == []
+    assert out["rest"] == ["--model-path", "m", *EXACT_832_ADDED]
+
+
+def test_snapshot_budget_with_a_non_integer_running_count_is_a_policy_error():
+    from patches.launch_server import _snapshot_budget
+    from policy.registry import PolicyError
+    from exact_cache.config import ExactConfig
+    from exact_cache.policy import ExactPolicy
+
+    with pytest.raises(PolicyError, match=r"^max_snapshots needs --max-running-requests N: "):
+        _snapshot_budget(ExactPolicy(ExactConfig(max_snapshots=4)), ["--max-running-requests", "x"])

@@ -112,3 +112,12 @@ def test_radix_is_stateless():
     assert policy.check() is None
     arrival = Arrival(rid="r", tokens=TOKENS, cache_key=None, tree_hit=2)
     assert policy.plan(arrival) == policy.plan(arrival) == Plan("r", 2, (Extend(2, 5),))
+
+
+def test_two_snapshots_at_one_position_are_rejected():
+    from policy.api import Snapshot
+
+    plan = Plan(rid="d", resume=0, steps=(Extend(0, 64), Snapshot(64, "periodic"), Snapshot(64, "prompt_end"),
+                                          Extend(64, 100)))
+    with pytest.raises(ValueError, match=r"^plan d: snapshot at 64 is not the end of a read forward$"):
+        plan.validate(100)

@@ -6,6 +6,8 @@ import dataclasses
 
 import pytest
 
+from exact_cache.config import ExactConfig
+from exact_cache.policy import ExactPolicy
 from policy import registry
 from policy.radix import RadixConfig, RadixPolicy
 from policy.registry import PolicyError, PolicySpec
@@ -24,6 +26,10 @@ def test_names_contains_radix():
     assert registry.names() == tuple(sorted(registry.names()))
 
 
+def test_names_exact():
+    assert registry.names() == ("exact", "radix")
+
+
 @pytest.mark.parametrize(
     "lookup, expected",
     [
@@ -35,8 +41,46 @@ def test_radix_lookup(lookup, expected):
     assert lookup("radix") is expected
 
 
+@pytest.mark.parametrize(
+    "lookup, expected",
+    [
+        pytest.param(registry.policy_class, ExactPolicy, id="policy_class"),
+        pytest.param(registry.config_class, ExactConfig, id="config_class-explicit-attribute"),
+    ],
+)
+def test_exact_lookup(lookup, expected):
+    assert lookup("exact") is expected
+
+
+def test_exact_setting_names():
+    assert registry.setting_names("exact") == (
+        "piece_tokens", "retain_every", "spec_drop", "max_snapshots", "dump_snapshots",
+    )
+
+
+@pytest.mark.parametrize(
+    "settings, expected",
+    [
+        pytest.param({}, ExactConfig(), id="defaults"),
+        pytest.param(
+            {"piece_tokens": "64", "retain_every": "256", "spec_drop": "1", "max_snapshots": "8"},
+            ExactConfig(piece_tokens=64, retain_every=256, spec_drop=1, max_snapshots=8),
+            id="all-four",
+        ),
+    ],
+)
+def test_resolve_exact(settings, expected):
+    assert registry.resolve_config("exact", settings) == expected
+
+
+def test_resolve_exact_rejects_with_policy_name():
+    with pytest.raises(PolicyError) as info:
+        registry.resolve_config("exact", {"piece_tokens": "100"})
+    assert str(info.value) == "cache policy 'exact': piece_tokens=100: must be a positive multiple of 64"
+
+
 def test_fake_lookup_by_naming_convention(fake_policy):
-    assert registry.names() == tuple(sorted(["radix", FAKE]))
+    assert registry.names() == tuple(sorted(["exact", "radix", FAKE]))
     assert registry.policy_class(fake_policy) is FakePolicy
     assert registry.config_class(fake_policy) is FakeConfig
     assert registry.setting_names(fake_policy) == ("piece_tokens", "ratio", "enabled", "mode", "label")
@@ -55,13 +99,13 @@ def test_fake_lookup_by_naming_convention(fake_policy):
 def test_unknown_policy_lists_valid_names(lookup):
     with pytest.raises(PolicyError) as info:
         lookup("nope")
-    assert str(info.value) == "unknown cache policy 'nope'; valid policies: radix"
+    assert str(info.value) == "unknown cache policy 'nope'; valid policies: exact, radix"
 
 
 def test_unknown_policy_lists_registered_names(fake_policy):
     with pytest.raises(PolicyError) as info:
         registry.policy_class("nope")
-    assert str(info.value) == f"unknown cache policy 'nope'; valid policies: radix, {FAKE}"
+    assert str(info.value) == f"unknown cache policy 'nope'; valid policies: exact, radix, {FAKE}"
 
 
 def test_register_rejects_path_without_colon():
@@ -285,4 +329,4 @@ def test_spec_resolve_rejects_bad_setting(fake_policy):
 def test_fake_policy_registration_did_not_leak():
     """Last in the file, after the fixture has registered and removed the test-only policy."""
     assert FAKE not in registry._IMPLEMENTATIONS
-    assert registry.names() == ("radix",)
+    assert registry.names() == ("exact", "radix")

@@ -1,0 +1,142 @@
+"""Benchmark of the exact cache: cold-read cost of fixed pieces, and what an edit costs.
+
+``python -m eval.bench_exact [--model DIR] [--context N] [--piece B] [--retain R] [--repeats K]``
+(defaults: the tiny model, 7,680 tokens, B = 832, R = 3,328). Two servers run one after the other
+on the same machine:
+
+1. **Cold-read cost**: the same prompt read cold (``/flush_cache`` first) by stock SGLang
+   chunking (``--cache-policy radix``, SGLang's default chunk size) and by the exact cache's
+   B-token pieces. Prints the median times and their ratio, measured in this run.
+2. **Edit cost** (the shape of ``exact_cache_spec.md`` §3.5): time to the first token and
+   tokens read for: a cold read, the same text again, an edit in the last piece, at 90 %, 50 %
+   and 10 %, and the last edit sent again. Each edit starts from a cache holding the original
+   text only. Rows are medians over ``--repeats`` runs.
+
+Timings are wall-clock on a shared machine: compare ratios inside one run, not across runs.
+On a GPU, run it with ``--model Qwen/Qwen3.6-27B --context 30000 --piece 832 --retain 13312``
+and the deterministic flags given in the README (pass them after ``--``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from eval.server import ServerProcess, output_record
+from eval.tiny_model import cached_build
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def flush(server: ServerProcess) -> None:
+    request = urllib.request.Request(server.url + "/flush_cache", method="POST")
+    for _ in range(100):
+        try:
+            with urllib.request.urlopen(request, timeout=60):
+                return
+        except urllib.error.HTTPError as exc:
+            if exc.code != 400:  # 400: the previous request is still leaving the scheduler
+                raise
+            time.sleep(0.1)
+    raise RuntimeError("/flush_cache kept refusing")
+
+
+def first_token(server: ServerProcess, prompt: list[int]) -> tuple[float, int]:
+    """Seconds to a one-token answer and prompt tokens read (prompt - reused)."""
+    started = time.perf_counter()
+    record = output_record(server.generate(prompt, 1))
+    return time.perf_counter() - started, len(prompt) - record["cached_tokens"]
+
+
+def cold_read_seconds(server: ServerProcess, prompt: list[int], repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        flush(server)
+        times.append(first_token(server, prompt)[0])
+    return statistics.median(times)
+
+
+def edit_at(prompt: list[int], position: int, width: int = 24) -> list[int]:
+    """Remove ``width`` tokens at ``position`` (an agent deleting a few lines)."""
+    return prompt[:position] + prompt[position + width:]
+
+
+def edit_cost_rows(server: ServerProcess, prompt: list[int], piece: int, repeats: int) -> list[tuple]:
+    n = len(prompt)
+    last_piece = (n - 1) // piece * piece + 8
+    cases = [("edit in the last piece", last_piece), ("edit at 90 %", n * 9 // 10),
+             ("edit at 50 %", n // 2), ("edit at 10 %", n // 10)]
+    rows = []
+    samples = {"cold read": [], "same text again": []}
+    for _ in range(repeats):
+        flush(server)
+        samples["cold read"].append(first_token(server, prompt))
+        samples["same text again"].append(first_token(server, prompt))
+    for label, position in cases:
+        samples[label] = []
+        for _ in range(repeats):
+            flush(server)
+            first_token(server, prompt)
+            samples[label].append(first_token(server, edit_at(prompt, position)))
+    samples["last edit sent again"] = []
+    for _ in range(repeats):
+        flush(server)
+        first_token(server, prompt)
+        edited = edit_at(prompt, n // 10)
+        first_token(server, edited)
+        samples["last edit sent again"].append(first_token(server, edited))
+    for label, values in samples.items():
+        rows.append((label, statistics.median(v[0] for v in values), statistics.median(v[1] for v in values)))
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m eval.bench_exact", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, default=None, help="model dir (default: the tiny model)")
+    parser.add_argument("--context", type=int, default=7680)
+    parser.add_argument("--piece", type=int, default=832)
+    parser.add_argument("--retain", type=int, default=3328)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=ROOT / ".artifacts" / "bench-exact")
+    parser.add_argument("server_args", nargs="*", help="extra SGLang flags for both servers (after --)")
+    args = parser.parse_args(argv)
+    model = args.model or cached_build(ROOT / ".artifacts")
+    rng = random.Random(0)
+    prompt = [rng.randrange(10, 400) for _ in range(args.context)]
+    common = ["--max-total-tokens", str(2 * args.context + 1024), "--max-running-requests", "1",
+              "--mamba-radix-cache-strategy", "no_buffer", *args.server_args]
+
+    print(f"[bench] {model.name}: {args.context}-token prompt, B={args.piece}, R={args.retain}, "
+          f"median of {args.repeats}", flush=True)
+    stock = ServerProcess(str(model), args.out / "radix.log", [*common, "--cache-policy", "radix"])
+    with stock:
+        stock_cold = cold_read_seconds(stock, prompt, args.repeats)
+    exact_args = [*common, "--max-mamba-cache-size", "64", "--cache-policy", "exact",
+                  "--cache-policy-set", f"piece_tokens={args.piece}",
+                  "--cache-policy-set", f"retain_every={args.retain}"]
+    exact = ServerProcess(str(model), args.out / "exact.log", exact_args)
+    with exact:
+        exact_cold = cold_read_seconds(exact, prompt, args.repeats)
+        rows = edit_cost_rows(exact, prompt, args.piece, args.repeats)
+
+    print()
+    print("Cold-read cost of fixed pieces (same prompt, cache flushed)")
+    print(f"  stock SGLang chunking : {stock_cold:8.3f} s")
+    print(f"  exact, {args.piece}-token pieces: {exact_cold:8.3f} s")
+    print(f"  ratio exact / stock   : {exact_cold / stock_cold:8.3f}")
+    print()
+    print(f"What an edit costs with the exact cache ({args.context} tokens, 24 tokens removed)")
+    print(f"  {'case':<24} {'first token (s)':>16} {'tokens read':>12}")
+    for label, seconds, read in rows:
+        print(f"  {label:<24} {seconds:>16.3f} {read:>12}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+"""What a GPU server must run with for a cached read to be bit-identical to a cold one.
+
+``exact_cache_spec.md`` §2.2 / §5.10 and ``sglang_internals.md`` §5: batch-invariant GEMMs and
+norms, an attention kernel whose reduction order does not depend on where the cached prefix
+ends, the Triton GDN prefill (whose 64-token grid restarts at each forward, which the 64-aligned
+pieces make harmless), an fp32 recurrent state with no lossy checkpoint pools, and exclusive
+prefill forwards. On CPU the torch kernels are deterministic and the launcher already forces
+exclusive pieces, so only the pool checks apply there.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+DETERMINISTIC_ATTENTION = ("triton",)  # tiles keys from absolute position 0 (fa3's invariance is unverified)
+
+
+def invariance_problems(settings: Mapping[str, object], env: Mapping[str, str], on_cuda: bool) -> list[str]:
+    """Each setting that breaks exactness, as a message naming the flag to change."""
+    problems = []
+    ssm_dtype = env.get("SGLANG_MAMBA_SSM_DTYPE") or settings.get("mamba_ssm_dtype")
+    if ssm_dtype not in (None, "float32"):
+        problems.append(f"the recurrent state must stay fp32: drop --mamba-ssm-dtype / SGLANG_MAMBA_SSM_DTYPE ({ssm_dtype})")
+    if settings.get("enable_int8_mamba_checkpoint"):
+        problems.append("int8 state checkpoints are lossy: drop --enable-int8-mamba-checkpoint")
+    if settings.get("enable_linear_replayssm"):
+        problems.append("ReplaySSM lags the donated state behind the live one: drop --enable-linear-replayssm")
+    if settings.get("prefill_max_requests") != 1 or settings.get("enable_mixed_chunk"):
+        problems.append("prefill forwards must be exclusive: --prefill-max-requests 1 and no --enable-mixed-chunk")
+    if not on_cuda:
+        return problems
+    if not settings.get("enable_deterministic_inference"):
+        problems.append("batch-invariant kernels are needed: add --enable-deterministic-inference")
+    if settings.get("attention_backend") not in DETERMINISTIC_ATTENTION:
+        problems.append(
+            f"attention must not depend on the prefix split: use --attention-backend triton "
+            f"(got {settings.get('attention_backend')})"
+        )
+    if settings.get("linear_attn_prefill_backend") != "triton":
+        problems.append(
+            "the GDN prefill must be the Triton kernel: add --linear-attn-prefill-backend triton "
+            f"(got {settings.get('linear_attn_prefill_backend')})"
+        )
+    return problems

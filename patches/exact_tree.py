@@ -1,0 +1,133 @@
+"""The ``exact`` policy inside SGLang 0.5.16: a ``UnifiedRadixCache`` that executes its plans.
+
+Registered as radix-cache backend ``exact`` (``--radix-cache-backend exact``, set by the
+launcher together with the other settings in ``ExactPolicy.server_settings``). SGLang's
+no_buffer strategy already copies the recurrent state bit for bit at every forward end and
+inserts it with the KV read so far; this class decides where that is allowed:
+
+| SGLang call                     | stock no_buffer                         | here                                      |
+|---------------------------------|-----------------------------------------|-------------------------------------------|
+| ``match_prefix`` (admission)    | deepest state on the path, <= len - 1   | the plan's c* (deepest state <= A)        |
+| ``cache_unfinished_req`` at q   | insert KV [0, q) + state at q           | only if q is a keep point of the plan;    |
+|                                 |                                         | else the KV stays request-owned           |
+| ``cache_finished_req``          | insert prompt + output KV + final state | insert nothing (decode output never cached)|
+
+The cache asks the policy for the plan itself (through ``PolicyExecutor.plan_exact``) because
+the plan needs what only the tree walk knows: the matched KV depth and the snapshot depths on
+that path. Every prefill forward is checked against the plan's pieces (``check_piece``).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
+from sglang.srt.mem_cache.radix_cache import RadixKey
+from sglang.srt.mem_cache.unified_cache_components import ComponentType
+from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+
+logger = logging.getLogger(__name__)
+
+BACKEND_NAME = "exact"
+
+
+class ExactRadixCache(UnifiedRadixCache):
+    """No policy logic here: where to resume and what to keep come from the executor's plan."""
+
+    executor = None  # set by patches.plugin once the scheduler's executor exists
+
+    def match_prefix(self, params: MatchPrefixParams):
+        req = params.req
+        if req is None or self.executor is None or self.disable:
+            return super().match_prefix(params)  # internal re-matches after an insert
+        key = params.key
+        matched, states = self.walk(key)
+        plan = self.executor.plan_exact(req, matched, states)
+        limited = RadixKey(key.token_ids, key.extra_key, limit=plan.resume, is_bigram=key.is_bigram)
+        result = super().match_prefix(MatchPrefixParams(key=limited, cow_mamba=params.cow_mamba, req=req))
+        if len(result.device_indices) != plan.resume:
+            raise AssertionError(
+                f"exact: {req.rid} planned to resume at {plan.resume}, the tree served "
+                f"{len(result.device_indices)} (snapshot depths on the path: {states})"
+            )
+        return result
+
+    def walk(self, key: RadixKey) -> tuple[int, tuple[int, ...]]:
+        """Depth of the longest cached prefix of ``key`` and the snapshot depths along it.
+
+        A read-only walk (no node splits, no LRU updates): the real match follows.
+        """
+        node, depth, states = self.root_node, 0, []
+        remaining = key
+        while len(remaining) > 0:
+            child = node.children.get(remaining.child_key(self.page_size))
+            if child is None or child.evicted:
+                break
+            shared = child.key.match(remaining, page_size=self.page_size)
+            depth += shared
+            if shared < len(child.key):
+                break
+            node = child
+            if node.component_data[ComponentType.MAMBA].value is not None:
+                states.append(depth)
+            remaining = remaining[shared:]
+        return depth, tuple(states)
+
+    def cache_unfinished_req(self, req, chunked: bool = False, **kwargs) -> None:
+        if self.executor is None or self.disable:
+            return super().cache_unfinished_req(req, chunked=chunked, **kwargs)
+        end = len(req.get_fill_ids())
+        kind = self.executor.piece_done(req, end)
+        if kind is None:
+            # Not a keep point: nothing enters the tree; the request keeps its own KV rows.
+            row = self.req_to_token_pool.req_to_token[req.req_pool_idx, :end]
+            req.prefix_indices = row.to(dtype=self._long_dtype(), copy=True)
+            return None
+        super().cache_unfinished_req(req, chunked=chunked, **kwargs)
+        self.executor.snapshot_written(req, end, kind)
+        dump_dir = self.executor.policy.config.dump_snapshots
+        if dump_dir:
+            self.dump_snapshot(req, end, dump_dir)
+        return None
+
+    def dump_snapshot(self, req, position: int, directory: str) -> None:
+        """Write the state just kept at ``position`` (conv windows + SSM state, every layer) to
+        ``directory/<rid>-<position>.pt``; tests compare them with a cold read's."""
+        import os
+
+        import torch
+
+        slot = int(req.last_node.component_data[ComponentType.MAMBA].value[0])
+        cache = self.req_to_token_pool.mamba_pool.mamba_cache
+        state = {"conv": [conv[:, slot].clone() for conv in cache.conv], "temporal": cache.temporal[:, slot].clone()}
+        os.makedirs(directory, exist_ok=True)
+        torch.save(state, os.path.join(directory, f"{req.rid}-{position}.pt"))
+
+    def cache_finished_req(self, req, is_insert: bool = True, **kwargs) -> None:
+        if self.executor is None:
+            return super().cache_finished_req(req, is_insert=is_insert, **kwargs)
+        # Nothing made while decoding is reused, and the tail piece stays private.
+        return super().cache_finished_req(req, is_insert=False, **kwargs)
+
+    @staticmethod
+    def _long_dtype():
+        import torch
+
+        return torch.int64
+
+
+def exact_cache_factory(ctx):
+    """``register_radix_cache_backend`` factory: a FULL + MAMBA tree of ``ExactRadixCache``."""
+    if not ctx.is_hybrid_ssm:
+        raise ValueError("--cache-policy exact serves hybrid recurrent models (GDN + attention) only")
+    if ctx.enable_hierarchical_cache:
+        raise ValueError("--cache-policy exact does not support --enable-hierarchical-cache")
+    ctx.params.tree_components = (ComponentType.FULL, ComponentType.MAMBA)
+    return ExactRadixCache(ctx.params)
+
+
+def register_backend() -> None:
+    from sglang.srt.mem_cache.registry import get_radix_cache_factory, register_radix_cache_backend
+
+    if get_radix_cache_factory(BACKEND_NAME) is None:
+        register_radix_cache_backend(BACKEND_NAME, exact_cache_factory)

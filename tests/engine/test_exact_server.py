@@ -1,0 +1,194 @@
+"""``--cache-policy exact`` on the tiny model (CPU), B = 64, R = 256: the case matrix.
+
+Every warm answer (token ids and logprobs) must equal, bit for bit, a cold answer of the same
+prompt read after ``/flush_cache`` with the same pieces; every reused length must equal
+``exact_cache.replay`` of the prompts served so far (the no-eviction cases).
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from eval.server import output_record, wait_for_events
+from exact_cache.replay import replay
+from tests.engine.conftest import start_server
+from tests.engine.prompts import prompt_ids
+
+pytestmark = pytest.mark.engine
+
+B, R = 64, 256
+DECODE = 6
+
+
+def exact_args(tmp, *settings):
+    args = ["--cache-policy", "exact", "--cache-events", str(tmp / "events.jsonl"),
+            "--cache-policy-set", f"piece_tokens={B}", "--cache-policy-set", f"retain_every={R}"]
+    for setting in settings:
+        args += ["--cache-policy-set", setting]
+    return args
+
+
+@pytest.fixture(scope="module")
+def exact_server(tiny_model_dir, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("exact")
+    server = start_server(tiny_model_dir, tmp, "exact", exact_args(tmp))
+    server.events_path = tmp / "events.jsonl"
+    yield server
+    server.stop()
+    assert server.fatal_lines() == [], server.log_tail()
+    assert "read [" not in server.log_text()  # no forward off the planned pieces
+
+
+def flush(server, attempts: int = 50) -> None:
+    """``/flush_cache``; SGLang refuses (400) while the last request is still leaving the scheduler."""
+    request = urllib.request.Request(server.url + "/flush_cache", method="POST")
+    for _ in range(attempts):
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                assert response.read().decode().startswith("Cache flushed")
+                return
+        except urllib.error.HTTPError as exc:
+            if exc.code != 400:
+                raise
+            time.sleep(0.1)
+    raise AssertionError(f"/flush_cache refused {attempts} times")
+
+
+def run_and_compare(server, prompts: list[list[int]], *, spec_drop: int = 0, check_replay: bool = True):
+    """Serve ``prompts`` warm, then each one cold; returns the warm records."""
+    flush(server)
+    warm = [output_record(server.generate(p, DECODE, rid=f"w{i}-{id(prompts)}")) for i, p in enumerate(prompts)]
+    if check_replay:
+        expected = replay(prompts, piece=B, retain_every=R, spec_drop=spec_drop)
+        assert [w["cached_tokens"] for w in warm] == expected
+    for prompt, record in zip(prompts, warm):
+        flush(server)
+        cold = output_record(server.generate(prompt, DECODE))
+        assert cold["cached_tokens"] == 0
+        assert record["output_ids"] == cold["output_ids"]
+        assert record["logprobs"] == cold["logprobs"]  # bit for bit
+    return warm
+
+
+BASE = prompt_ids(seed=100, length=600)
+
+
+def edited(base, start, end, filler_seed=101):
+    """``base`` with ``[start, end)`` replaced by the same number of other tokens."""
+    return base[:start] + prompt_ids(filler_seed, end - start) + base[end:]
+
+
+CASES = {
+    "repeat": [BASE, BASE],
+    "tail_replaced": [BASE, BASE[:560] + prompt_ids(102, 40)],
+    "append": [BASE, BASE + prompt_ids(103, 90)],
+    "middle_delete": [BASE, BASE[:200] + BASE[330:]],
+    "same_edit_twice": [BASE, edited(BASE, 300, 340), edited(BASE, 300, 340)],
+    "cut_just_before_a_piece_boundary": [BASE, edited(BASE, 319, 330)],
+    "edit_just_after_a_periodic_state": [BASE, edited(BASE, 260, 270)],
+    "length_an_exact_multiple_of_B": [BASE[:512], BASE[:512], BASE[:512] + prompt_ids(104, 64)],
+    "two_interleaved_conversations": [
+        BASE, prompt_ids(105, 400), BASE + prompt_ids(106, 30), prompt_ids(105, 400) + prompt_ids(107, 70),
+    ],
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_case_matrix(exact_server, name):
+    warm = run_and_compare(exact_server, CASES[name])
+    assert warm[0]["cached_tokens"] == 0
+
+
+def test_second_and_third_turn(exact_server):
+    """A conversation whose turns append the previous answer and a new message."""
+    flush(exact_server)
+    prompts, records = [], []
+    prompt = prompt_ids(110, 300)
+    for turn in range(3):
+        prompts.append(prompt)
+        records.append(output_record(exact_server.generate(prompt, DECODE)))
+        prompt = prompt + records[-1]["output_ids"] + prompt_ids(111 + turn, 80)
+    assert [r["cached_tokens"] for r in records] == replay(prompts, piece=B, retain_every=R)
+    assert records[1]["cached_tokens"] == 256 and records[2]["cached_tokens"] == 384
+    run_and_compare(exact_server, prompts)
+
+
+def test_events_record_resume_and_keep_points(exact_server):
+    flush(exact_server)
+    exact_server.generate(BASE, 2, rid="ev-first")
+    exact_server.generate(edited(BASE, 400, 410), 2, rid="ev-edit")
+    events = wait_for_events(exact_server.events_path, ["ev-first", "ev-edit"])
+    first, edit = events["ev-first"], events["ev-edit"]
+    assert (first["policy"], first["plan_resume"], first["prefix_reused"]) == ("exact", 0, 0)
+    assert first["snapshots"] == [[256, "periodic"], [512, "periodic"], [576, "prompt_end"]]
+    # The edit at 400: A = 384, deepest snapshot <= 384 is 256; 384 becomes a junction.
+    assert (edit["plan_resume"], edit["prefix_reused"], edit["read"]) == (256, 256, 344)
+    assert edit["snapshots"] == [[384, "junction"], [512, "periodic"], [576, "prompt_end"]]
+    assert first["forwards_off_plan"] == edit["forwards_off_plan"] == 0
+
+
+def test_spec_drop_lands_one_piece_early(tiny_model_dir, tmp_path):
+    """S = 1: an edit just after a periodic state falls back to the state before it."""
+    prompts = [BASE, edited(BASE, 260, 270), BASE]
+    assert replay(prompts, piece=B, retain_every=R, spec_drop=1) == [0, 0, 512]
+    assert replay(prompts, piece=B, retain_every=R, spec_drop=0) == [0, 256, 576]
+    with start_server(tiny_model_dir, tmp_path, "exact-s1", exact_args(tmp_path, "spec_drop=1")) as server:
+        run_and_compare(server, prompts, spec_drop=1)
+    assert server.fatal_lines() == []
+
+
+def test_eviction_under_a_tiny_snapshot_budget_only_shortens_hits(tiny_model_dir, tmp_path):
+    prompts = [BASE, prompt_ids(120, 600), BASE, edited(BASE, 300, 310), prompt_ids(120, 600) + [5] * 20]
+    budget = ["--max-running-requests", "1"]
+    with start_server(tiny_model_dir, tmp_path, "exact-tiny",
+                      [*budget, *exact_args(tmp_path, "max_snapshots=3")], state_pool=False) as server:
+        warm = run_and_compare(server, prompts, check_replay=False)
+        assert "max_mamba_cache_size=4" in server.log_text()
+    no_eviction = replay(prompts, piece=B, retain_every=R)
+    reused = [w["cached_tokens"] for w in warm]
+    assert all(r <= full for r, full in zip(reused, no_eviction))
+    assert reused != no_eviction  # the budget did evict something
+    assert server.fatal_lines() == []
+
+
+def test_snapshots_equal_a_cold_read_stopped_after_the_same_piece(tiny_model_dir, tmp_path):
+    """The state kept at 512 by a resumed read equals, bit for bit, the state a cold read keeps
+    when its prompt ends right after the piece [448, 512)."""
+    import torch
+
+    dump = tmp_path / "snapshots"
+    edit = edited(BASE, 300, 310)
+    with start_server(tiny_model_dir, tmp_path, "exact-dump", exact_args(tmp_path, f"dump_snapshots={dump}")) as server:
+        server.generate(BASE, 2, rid="base")
+        resumed = output_record(server.generate(edit, 2, rid="resumed"))
+        assert resumed["cached_tokens"] == 256
+        flush(server)
+        server.generate(edit[:513], 2, rid="cold")  # prompt end e = floor(512 / 64) * 64 = 512
+    assert server.fatal_lines() == []
+    warm = torch.load(dump / "resumed-512.pt")
+    cold = torch.load(dump / "cold-512.pt")
+    assert len(warm["conv"]) == len(cold["conv"]) >= 1
+    for a, b in zip(warm["conv"], cold["conv"]):
+        assert a.shape[0] == 6 and torch.equal(a, b)  # 6 GDN layers
+    assert torch.equal(warm["temporal"], cold["temporal"])
+    assert warm["temporal"].abs().sum() > 0
+    # The base read kept 512 too, but from other text: its state must differ.
+    assert not torch.equal(torch.load(dump / "base-512.pt")["temporal"], warm["temporal"])
+
+
+def test_launcher_refuses_settings_that_break_exactness(tiny_model_dir, tmp_path):
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-m", "patches.launch_server", "--model-path", str(tiny_model_dir),
+         "--cache-policy", "exact", "--mamba-ssm-dtype", "bfloat16"],
+        capture_output=True, text=True, timeout=120, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert result.returncode == 2
+    assert "--cache-policy exact cannot guarantee its results with these settings:" in result.stderr
+    assert "the recurrent state must stay fp32: drop --mamba-ssm-dtype / SGLANG_MAMBA_SSM_DTYPE (bfloat16)" in result.stderr

@@ -1,0 +1,54 @@
+"""exact_cache.invariance: which server settings break a cached read's bit-identity."""
+
+from __future__ import annotations
+
+import pytest
+
+from exact_cache.invariance import invariance_problems
+
+SAFE_GPU = {
+    "prefill_max_requests": 1,
+    "enable_mixed_chunk": False,
+    "enable_deterministic_inference": True,
+    "attention_backend": "triton",
+    "linear_attn_prefill_backend": "triton",
+    "mamba_ssm_dtype": None,
+}
+
+DETERMINISM = "batch-invariant kernels are needed: add --enable-deterministic-inference"
+EXCLUSIVE = "prefill forwards must be exclusive: --prefill-max-requests 1 and no --enable-mixed-chunk"
+
+
+@pytest.mark.parametrize(
+    "changes, env, on_cuda, expected",
+    [
+        ({}, {}, True, []),
+        ({}, {}, False, []),
+        ({"enable_deterministic_inference": False}, {}, True, [DETERMINISM]),
+        ({"enable_deterministic_inference": False}, {}, False, []),
+        ({"attention_backend": "fa3"}, {}, True,
+         ["attention must not depend on the prefix split: use --attention-backend triton (got fa3)"]),
+        ({"linear_attn_prefill_backend": None}, {}, True,
+         ["the GDN prefill must be the Triton kernel: add --linear-attn-prefill-backend triton (got None)"]),
+        ({"mamba_ssm_dtype": "bfloat16"}, {}, False,
+         ["the recurrent state must stay fp32: drop --mamba-ssm-dtype / SGLANG_MAMBA_SSM_DTYPE (bfloat16)"]),
+        ({}, {"SGLANG_MAMBA_SSM_DTYPE": "float16"}, False,
+         ["the recurrent state must stay fp32: drop --mamba-ssm-dtype / SGLANG_MAMBA_SSM_DTYPE (float16)"]),
+        ({"mamba_ssm_dtype": "float32"}, {}, True, []),
+        ({"enable_int8_mamba_checkpoint": True}, {}, False,
+         ["int8 state checkpoints are lossy: drop --enable-int8-mamba-checkpoint"]),
+        ({"enable_linear_replayssm": True}, {}, False,
+         ["ReplaySSM lags the donated state behind the live one: drop --enable-linear-replayssm"]),
+        ({"prefill_max_requests": None}, {}, False, [EXCLUSIVE]),
+        ({"enable_mixed_chunk": True}, {}, False, [EXCLUSIVE]),
+        ({"enable_deterministic_inference": False, "attention_backend": "flashinfer", "prefill_max_requests": 2},
+         {}, True,
+         [EXCLUSIVE, DETERMINISM,
+          "attention must not depend on the prefix split: use --attention-backend triton (got flashinfer)"]),
+    ],
+    ids=["gpu-safe", "cpu-safe", "gpu-no-determinism", "cpu-needs-no-determinism", "gpu-fa3",
+         "gpu-gdn-prefill-unset", "bf16-state-flag", "fp16-state-env", "fp32-explicit", "int8-ckpt",
+         "replayssm", "shared-prefill", "mixed-chunk", "several"],
+)
+def test_invariance_problems(changes, env, on_cuda, expected):
+    assert invariance_problems({**SAFE_GPU, **changes}, env, on_cuda) == expected
