@@ -15,7 +15,13 @@ from typing import Mapping
 DETERMINISTIC_ATTENTION = ("triton",)  # tiles keys from absolute position 0 (fa3's invariance is unverified)
 
 
-def invariance_problems(settings: Mapping[str, object], env: Mapping[str, str], on_cuda: bool) -> list[str]:
+TRITON_ALIGN_ENV = "SGLANG_TRITON_PREFILL_TRUNCATION_ALIGN_SIZE"
+TRITON_ALIGN_DEFAULT = 4096  # SGLang 0.5.16's default under --enable-deterministic-inference
+
+
+def invariance_problems(
+    settings: Mapping[str, object], env: Mapping[str, str], on_cuda: bool, piece_tokens: int
+) -> list[str]:
     """Each setting that breaks exactness, as a message naming the flag to change."""
     problems = []
     ssm_dtype = env.get("SGLANG_MAMBA_SSM_DTYPE") or settings.get("mamba_ssm_dtype")
@@ -35,6 +41,14 @@ def invariance_problems(settings: Mapping[str, object], env: Mapping[str, str], 
         problems.append(
             f"attention must not depend on the prefix split: use --attention-backend triton "
             f"(got {settings.get('attention_backend')})"
+        )
+    align = int(env.get(TRITON_ALIGN_ENV, TRITON_ALIGN_DEFAULT))
+    if settings.get("attention_backend") == "triton" and piece_tokens % align:
+        # Deterministic Triton prefill cuts new requests at multiples of this size; the pieces
+        # must stay on that grid (0.5.23 dropped the rule: its kernel tiles keys from position 0).
+        problems.append(
+            f"piece_tokens={piece_tokens} is not a multiple of {TRITON_ALIGN_ENV}={align}: "
+            f"set {TRITON_ALIGN_ENV}=64 (or another divisor of piece_tokens)"
         )
     if settings.get("linear_attn_prefill_backend") != "triton":
         problems.append(

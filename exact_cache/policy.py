@@ -47,7 +47,7 @@ class ExactPolicy:
 
     def startup_problems(self, settings, env, on_cuda: bool) -> list[str]:
         """Settings of the resolved server that would break bit-identity (the launcher refuses them)."""
-        return invariance_problems(settings, env, on_cuda)
+        return invariance_problems(settings, env, on_cuda, self.config.piece_tokens)
 
     def release(self, release: Release) -> None:
         return None

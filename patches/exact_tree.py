@@ -116,6 +116,28 @@ class ExactRadixCache(UnifiedRadixCache):
         return torch.int64
 
 
+def whole_piece_budget(original, adder, req):
+    """AROUND ``PrefillAdder.add_chunked_req``: a continuation forward covers the plan's whole next piece.
+
+    SGLang cuts a chunked request's next forward at ``min(chunk budget, free tokens)``; with
+    ``--chunked-prefill-size B`` only a short free-token count can cut a piece off the grid, which
+    would change the arithmetic of every later forward. Stock code already over-commits the
+    budget when free tokens reach 0 (it must schedule the chunked request); this extends that to
+    a short budget, by the shortfall, for this one call.
+    """
+    executor = ExactRadixCache.executor
+    needed = executor.next_piece_len(req) if executor is not None else None
+    free = int(adder.rem_total_tokens)
+    if needed is None or not 0 < free < needed:
+        return original(adder, req)
+    shortfall = needed - free
+    adder.rem_total_token_offset -= shortfall
+    try:
+        return original(adder, req)
+    finally:
+        adder.rem_total_token_offset += shortfall
+
+
 def exact_cache_factory(ctx):
     """``register_radix_cache_backend`` factory: a FULL + MAMBA tree of ``ExactRadixCache``."""
     if not ctx.is_hybrid_ssm:

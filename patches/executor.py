@@ -126,6 +126,14 @@ class PolicyExecutor:
             return None
         return tracked.plan.snapshots().get(end)
 
+    def next_piece_len(self, req) -> int | None:
+        """Length of the planned forward that starts where ``req`` has read to, if any."""
+        tracked = self._tracked.get(req.rid)
+        if tracked is None:
+            return None
+        start = len(req.prefix_indices)
+        return next((end - begin for begin, end in tracked.plan.forwards() if begin == start), None)
+
     def snapshot_written(self, req, position: int, kind: str) -> None:
         self._tracked[req.rid].snapshots.append([position, kind])
 

@@ -27,6 +27,7 @@ REQ_MATCHED = "sglang.srt.managers.schedule_batch.Req.init_next_round_input"
 RELEASE_KV = "sglang.srt.mem_cache.common.release_kv_cache"
 SCHEDULER_IDLE = "sglang.srt.managers.scheduler.Scheduler.on_idle"
 SCHEDULER_INIT = "sglang.srt.managers.scheduler.Scheduler.__init__"
+ADD_CHUNKED_REQ = "sglang.srt.managers.schedule_policy.PrefillAdder.add_chunked_req"
 
 # One line per process, format fixed (tests and operators grep it).
 INSTALLED_LINE = "[cache-policy] overlay installed pid={pid} cpu_platform={cpu} policy={policy} hooks={hooks}"
@@ -139,6 +140,10 @@ def _install_policy_hooks(register, spec) -> None:
             if not isinstance(scheduler.tree_cache, ExactRadixCache):
                 raise fail(f"policy exact needs --radix-cache-backend exact, the scheduler built {type(scheduler.tree_cache).__name__}")
             ExactRadixCache.executor = _state["executor"]
+            # New requests: SGLang rounds a first forward that does not take the rest of the prompt
+            # down to this size and waits when the budget is smaller; c* is a multiple of B, so the
+            # forward ends on the piece grid.
+            scheduler.truncation_align_size = spec.config["piece_tokens"]
         if leader:
             logger.info("cache policy %s started with config %s", spec.policy, spec.config)
 
@@ -155,9 +160,10 @@ def _install_policy_hooks(register, spec) -> None:
             _state["executor"].on_idle(scheduler)
 
     if spec.policy == "exact":
-        from patches.exact_tree import register_backend
+        from patches.exact_tree import register_backend, whole_piece_budget
 
         register_backend()
+        register(ADD_CHUNKED_REQ, whole_piece_budget, "around")
     register(SCHEDULER_INIT, after_scheduler_init, "after")
     register(REQ_MATCHED, after_match, "after")
     register(RELEASE_KV, before_release, "before")

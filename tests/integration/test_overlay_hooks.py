@@ -163,6 +163,8 @@ def test_hooks_plan_and_release_on_real_cache(children):
     event_b = flow["events_after_b"][0]
     assert {k: v for k, v in event_b.items() if k not in ("queued_ts", "finished_ts")} == {
         "schema": 1,
+        "snapshots": [],
+        "forwards_off_plan": 0,
         "rid": "req-b",
         "policy": "radix",
         "prompt_tokens": 17,

@@ -51,4 +51,22 @@ EXCLUSIVE = "prefill forwards must be exclusive: --prefill-max-requests 1 and no
          "replayssm", "shared-prefill", "mixed-chunk", "several"],
 )
 def test_invariance_problems(changes, env, on_cuda, expected):
-    assert invariance_problems({**SAFE_GPU, **changes}, env, on_cuda) == expected
+    env = {"SGLANG_TRITON_PREFILL_TRUNCATION_ALIGN_SIZE": "64", **env}
+    assert invariance_problems({**SAFE_GPU, **changes}, env, on_cuda, piece_tokens=832) == expected
+
+
+@pytest.mark.parametrize(
+    "env, piece, expected",
+    [
+        ({}, 832, ["piece_tokens=832 is not a multiple of SGLANG_TRITON_PREFILL_TRUNCATION_ALIGN_SIZE=4096: "
+                   "set SGLANG_TRITON_PREFILL_TRUNCATION_ALIGN_SIZE=64 (or another divisor of piece_tokens)"]),
+        ({}, 8192, []),
+        ({"SGLANG_TRITON_PREFILL_TRUNCATION_ALIGN_SIZE": "64"}, 832, []),
+        ({"SGLANG_TRITON_PREFILL_TRUNCATION_ALIGN_SIZE": "256"}, 832,
+         ["piece_tokens=832 is not a multiple of SGLANG_TRITON_PREFILL_TRUNCATION_ALIGN_SIZE=256: "
+          "set SGLANG_TRITON_PREFILL_TRUNCATION_ALIGN_SIZE=64 (or another divisor of piece_tokens)"]),
+    ],
+    ids=["default-4096", "piece-multiple-of-4096", "env-64", "env-256"],
+)
+def test_deterministic_triton_truncation_grid(env, piece, expected):
+    assert invariance_problems(SAFE_GPU, env, True, piece_tokens=piece) == expected
