@@ -73,19 +73,11 @@ def install() -> None:
         except (ImportError, AttributeError):
             unresolvable.append(target)
     if unresolvable:
-        raise fail(
-            "these hook targets do not exist (SGLang internals changed?): "
-            + ", ".join(unresolvable)
-            + (f"; policy {spec.policy!r} cannot run" if spec else "")
-        )
+        raise _hooks_failed("these hook targets do not exist", unresolvable, spec)
     HookRegistry.apply_hooks()
     missing = [t for t in registered if t not in HookRegistry._patched or _resolve(t) is originals[t]]
     if missing:
-        raise fail(
-            "these hooks are not in place (SGLang internals changed?): "
-            + ", ".join(missing)
-            + (f"; policy {spec.policy!r} cannot run" if spec else "")
-        )
+        raise _hooks_failed("these hooks are not in place", missing, spec)
     if use_cpu:
         cpu_platform.after_hooks_applied()
     _state.update(installed=True, targets=tuple(registered), cpu=use_cpu)
@@ -95,6 +87,11 @@ def install() -> None:
                               hooks=len(registered)),
         file=sys.stderr, flush=True,
     )
+
+
+def _hooks_failed(problem: str, targets: list[str], spec) -> SystemExit:
+    consequence = f"; policy {spec.policy!r} cannot run" if spec else ""
+    return fail(f"{problem} (SGLang internals changed?): {', '.join(targets)}{consequence}")
 
 
 def installed_targets() -> tuple[str, ...]:
