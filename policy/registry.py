@@ -60,7 +60,8 @@ def config_class(name: str) -> type:
     return getattr(module, cls.__name__.removesuffix("Policy") + "Config")
 
 
-def _parse_value(key: str, raw: str, kind: Any) -> Any:
+def parse_value(key: str, raw: str, kind: Any) -> Any:
+    """A ``key=value`` setting as the config field type ``kind`` (int, float, bool, str, Literal)."""
     origin = typing.get_origin(kind)
     if origin is Literal:
         choices = typing.get_args(kind)
@@ -110,7 +111,7 @@ def resolve_config(name: str, settings: Mapping[str, str]) -> Any:
         if key not in valid:
             listed = ", ".join(valid) if valid else "(none)"
             raise PolicyError(f"cache policy {name!r} has no setting {key!r}; valid settings: {listed}")
-        values[key] = _parse_value(key, raw, hints[key])
+        values[key] = parse_value(key, raw, hints[key])
     try:
         return cls(**values)
     except (TypeError, ValueError) as exc:
