@@ -1,0 +1,56 @@
+"""scr/gates.py: the recurrent-state gate (§9.3) and the fallback rule (§9.5, the authors' §13.1 tests 2-4)."""
+
+from __future__ import annotations
+
+import pytest
+
+from scr.gates import Gate, fallback_restore, ssm_ready
+
+HYBRID = dict(has_mamba=True, shadow_ready=True, has_snapshot=True)
+
+
+@pytest.mark.parametrize(
+    "kwargs, expected",
+    [
+        (dict(mode="fork", rows=0, ssm_tokens=10, **HYBRID), Gate(False, reason="no_rows")),
+        (dict(mode="fork", rows=500, ssm_tokens=600, **HYBRID), Gate(True, 500, True)),
+        (dict(mode="strict", rows=500, ssm_tokens=600, **HYBRID),
+         Gate(False, reason="strict_snapshot_longer_than_rows")),
+        (dict(mode="strict", rows=500, ssm_tokens=400, **HYBRID), Gate(True, 400, True)),
+        (dict(mode="none", rows=500, ssm_tokens=-1, **HYBRID), Gate(True, 500, False)),
+        (dict(mode="fork", rows=500, ssm_tokens=-1, **HYBRID), Gate(False, reason="no_snapshot")),
+        (dict(mode="strict", rows=500, ssm_tokens=-1, **HYBRID), Gate(False, reason="no_snapshot")),
+        (dict(mode="fork", rows=500, ssm_tokens=600, has_mamba=True, shadow_ready=True, has_snapshot=False),
+         Gate(False, reason="no_snapshot")),
+        (dict(mode="fork", rows=500, ssm_tokens=600, has_mamba=True, shadow_ready=False, has_snapshot=False),
+         Gate(False, reason="no_shadow")),
+        (dict(mode="fork", rows=500, ssm_tokens=-1, has_mamba=False, shadow_ready=False, has_snapshot=False),
+         Gate(True, 500, False, "ssm_na")),
+        (dict(mode="none", rows=500, ssm_tokens=-1, has_mamba=True, shadow_ready=False, has_snapshot=False),
+         Gate(False, reason="no_shadow")),
+        (dict(mode="fork", rows=500, ssm_tokens=600, window=128, **HYBRID), Gate(True, 372, True, "swa_capped")),
+        (dict(mode="fork", rows=100, ssm_tokens=600, window=128, **HYBRID), Gate(False, reason="swa_too_short")),
+    ],
+    ids=["no-rows", "fork", "strict-declines-default-path", "strict-covered", "none-needs-no-snapshot",
+         "fork-stale", "strict-stale", "fork-no-slot", "hybrid-without-shadow", "dense-model",
+         "none-hybrid-without-shadow", "window-capped", "window-too-short"],
+)
+def test_ssm_ready(kwargs, expected):
+    assert ssm_ready(**kwargs) == expected
+
+
+def test_unknown_mode_is_an_error():
+    with pytest.raises(ValueError, match="unknown ssm mode 'lazy'"):
+        ssm_ready(mode="lazy", rows=5, ssm_tokens=5, **HYBRID)
+
+
+def test_fallback_keeps_own_state_before_first_splice():  # authors' test 2
+    assert fallback_restore(radix_a=True, block_index=1, carries_restore=True, side_slot=3) is None
+
+
+def test_fallback_restores_after_materialised_lead():  # authors' test 3
+    assert fallback_restore(radix_a=False, block_index=None, carries_restore=True, side_slot=3) == 3
+
+
+def test_fallback_without_restore_leaves_state():  # authors' test 4
+    assert fallback_restore(radix_a=True, block_index=2, carries_restore=False, side_slot=3) is None
