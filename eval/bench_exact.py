@@ -24,27 +24,12 @@ import random
 import statistics
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 from eval.server import ServerProcess, output_record
 from eval.tiny_model import cached_build
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def flush(server: ServerProcess) -> None:
-    request = urllib.request.Request(server.url + "/flush_cache", method="POST")
-    for _ in range(100):
-        try:
-            with urllib.request.urlopen(request, timeout=60):
-                return
-        except urllib.error.HTTPError as exc:
-            if exc.code != 400:  # 400: the previous request is still leaving the scheduler
-                raise
-            time.sleep(0.1)
-    raise RuntimeError("/flush_cache kept refusing")
 
 
 def first_token(server: ServerProcess, prompt: list[int]) -> tuple[float, int]:
@@ -57,7 +42,7 @@ def first_token(server: ServerProcess, prompt: list[int]) -> tuple[float, int]:
 def cold_read_seconds(server: ServerProcess, prompt: list[int], repeats: int) -> float:
     times = []
     for _ in range(repeats):
-        flush(server)
+        server.flush_cache()
         times.append(first_token(server, prompt)[0])
     return statistics.median(times)
 
@@ -75,18 +60,18 @@ def edit_cost_rows(server: ServerProcess, prompt: list[int], piece: int, repeats
     rows = []
     samples = {"cold read": [], "same text again": []}
     for _ in range(repeats):
-        flush(server)
+        server.flush_cache()
         samples["cold read"].append(first_token(server, prompt))
         samples["same text again"].append(first_token(server, prompt))
     for label, position in cases:
         samples[label] = []
         for _ in range(repeats):
-            flush(server)
+            server.flush_cache()
             first_token(server, prompt)
             samples[label].append(first_token(server, edit_at(prompt, position)))
     samples["last edit sent again"] = []
     for _ in range(repeats):
-        flush(server)
+        server.flush_cache()
         first_token(server, prompt)
         edited = edit_at(prompt, n // 10)
         first_token(server, edited)

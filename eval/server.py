@@ -93,6 +93,20 @@ class ServerProcess:
         except urllib.error.HTTPError as exc:
             raise RuntimeError(f"POST {path} -> {exc.code}: {exc.read().decode(errors='replace')}") from None
 
+    def flush_cache(self, attempts: int = 100) -> None:
+        """``/flush_cache``; SGLang refuses (400) while the last request is still leaving the scheduler."""
+        request = urllib.request.Request(self.url + "/flush_cache", method="POST")
+        for _ in range(attempts):
+            try:
+                with urllib.request.urlopen(request, timeout=60) as response:
+                    if response.read().decode().startswith("Cache flushed"):
+                        return
+            except urllib.error.HTTPError as exc:
+                if exc.code != 400:
+                    raise
+            time.sleep(0.1)
+        raise RuntimeError(f"/flush_cache refused {attempts} times")
+
     def generate(self, input_ids: list[int], max_new_tokens: int, *, rid: str | None = None, **extra) -> dict:
         """Greedy ``/generate`` on token ids, with logprobs of the generated tokens."""
         payload = {

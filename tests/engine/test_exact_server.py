@@ -7,10 +7,6 @@ prompt read after ``/flush_cache`` with the same pieces; every reused length mus
 
 from __future__ import annotations
 
-import time
-import urllib.error
-import urllib.request
-
 import pytest
 
 from eval.server import output_record, wait_for_events
@@ -43,30 +39,15 @@ def exact_server(tiny_model_dir, tmp_path_factory):
     assert "read [" not in server.log_text()  # no forward off the planned pieces
 
 
-def flush(server, attempts: int = 50) -> None:
-    """``/flush_cache``; SGLang refuses (400) while the last request is still leaving the scheduler."""
-    request = urllib.request.Request(server.url + "/flush_cache", method="POST")
-    for _ in range(attempts):
-        try:
-            with urllib.request.urlopen(request, timeout=60) as response:
-                assert response.read().decode().startswith("Cache flushed")
-                return
-        except urllib.error.HTTPError as exc:
-            if exc.code != 400:
-                raise
-            time.sleep(0.1)
-    raise AssertionError(f"/flush_cache refused {attempts} times")
-
-
 def run_and_compare(server, prompts: list[list[int]], *, spec_drop: int = 0, check_replay: bool = True):
     """Serve ``prompts`` warm, then each one cold; returns the warm records."""
-    flush(server)
+    server.flush_cache()
     warm = [output_record(server.generate(p, DECODE, rid=f"w{i}-{id(prompts)}")) for i, p in enumerate(prompts)]
     if check_replay:
         expected = replay(prompts, piece=B, retain_every=R, spec_drop=spec_drop)
         assert [w["cached_tokens"] for w in warm] == expected
     for prompt, record in zip(prompts, warm):
-        flush(server)
+        server.flush_cache()
         cold = output_record(server.generate(prompt, DECODE))
         assert cold["cached_tokens"] == 0
         assert record["output_ids"] == cold["output_ids"]
@@ -105,7 +86,7 @@ def test_case_matrix(exact_server, name):
 
 def test_second_and_third_turn(exact_server):
     """A conversation whose turns append the previous answer and a new message."""
-    flush(exact_server)
+    exact_server.flush_cache()
     prompts, records = [], []
     prompt = prompt_ids(110, 300)
     for turn in range(3):
@@ -118,7 +99,7 @@ def test_second_and_third_turn(exact_server):
 
 
 def test_events_record_resume_and_keep_points(exact_server):
-    flush(exact_server)
+    exact_server.flush_cache()
     exact_server.generate(BASE, 2, rid="ev-first")
     exact_server.generate(edited(BASE, 400, 410), 2, rid="ev-edit")
     events = wait_for_events(exact_server.events_path, ["ev-first", "ev-edit"])
@@ -166,7 +147,7 @@ def test_snapshots_equal_a_cold_read_stopped_after_the_same_piece(tiny_model_dir
         server.generate(BASE, 2, rid="base")
         resumed = output_record(server.generate(edit, 2, rid="resumed"))
         assert resumed["cached_tokens"] == 256
-        flush(server)
+        server.flush_cache()
         server.generate(edit[:513], 2, rid="cold")  # prompt end e = floor(512 / 64) * 64 = 512
     assert server.fatal_lines() == []
     warm = torch.load(dump / "resumed-512.pt")
