@@ -2,9 +2,12 @@
 
 Pure decisions, no SGLang and no torch: settings and the authors' ``KVREUSE_*`` variables
 (``config.py``), session matching and LRU (``sessions.py``), the token diff (``diff.py``), the
-K-span relocation plan (``planner.py``), side-slot bookkeeping (``side.py``) and the authors'
-log lines with their parser (``log_lines.py``). The tensor parts live in ``patches/``
+K-span relocation plan (``planner.py``), side-slot bookkeeping (``side.py``), the recurrent-state
+gate and fallback rule (``gates.py``), a request's outcome (``intercept.py``), the plan's execution
+as a state machine over prefix lengths (``cursor.py``) and the authors' log lines with their
+parser (``log_lines.py``). The tensor parts live in ``patches/``
 (``rope.py``: key re-rotation; ``scr_store.py``: side buffer and state shadow). Not yet built:
-the scheduler-side execution of a plan (two-phase splice, ``scr_spec.md`` §7) and the
+the SGLang glue that drives ``SpliceCursor`` (forced chunking of phase 1, splicing slots into
+``prefix_indices``, state save/restore, side-buffer stores at release, the log lines) and the
 ``--cache-policy scr`` registration.
 """

@@ -1,0 +1,112 @@
+"""scr/intercept.py and scr/cursor.py: a request's SCR outcome and the execution of its plan."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from scr.config import ScrConfig, parse_request_knobs
+from scr.cursor import Decision, Splice, SpliceCursor
+from scr.intercept import intercept
+from scr.planner import Block
+from scr.sessions import SessionTable
+
+CFG = ScrConfig(side_sessions=2, side_tokens=5000)
+
+
+def tokens(seed, n):
+    rng = random.Random(seed)
+    return [rng.randrange(100, 50000) for _ in range(n)]
+
+
+def served(table, prompt, reply, salt=None):
+    """Serve one turn: intercept, then the release that stores prompt + reply in the side slot."""
+    result = intercept(table, prompt, parse_request_knobs(salt), CFG)
+    if result.admission is not None:
+        table.finish(result.sid, list(prompt) + list(reply))
+    return result
+
+
+def test_turns_of_an_editing_conversation():
+    table = SessionTable(CFG)
+    doc = tokens(1, 3000)
+    first = served(table, doc, tokens(2, 20))
+    assert (first.kind, first.n_old) == ("cold", 0)
+    # Turn 2: a 200-token section deleted from the middle, a new message appended.
+    turn2 = doc[:1500] + doc[1700:] + tokens(3, 50)
+    second = served(table, turn2, tokens(4, 20))
+    assert second.kind == "plan" and second.sid == first.sid
+    assert (second.kept, second.deleted, second.inserted) == (2800, 200, 50)
+    assert second.lead_new_end == 1500
+    # One block: old [1700, 3000) -> new [1500, 2800), its last 16 tokens forwarded.
+    assert second.blocks == (Block(old_start=1700, new_start=1500, num_rows=1284, n_c=1300, new_end=2800),)
+    assert second.relocated_rows == 1284
+
+
+@pytest.mark.parametrize(
+    "salt, expected_kind",
+    [("kvreuse:off", "off"), (None, "passthrough")],
+    ids=["switch-off", "pure-append-passthrough"],
+)
+def test_off_and_passthrough(salt, expected_kind):
+    table = SessionTable(CFG)
+    doc = tokens(5, 2000)
+    served(table, doc, [])
+    result = served(table, doc + tokens(6, 100), [], salt=None if salt is None else salt)
+    assert result.kind == expected_kind
+    if salt == "kvreuse:off":
+        assert result.admission is None and len(table) == 1
+
+
+def test_salts_never_share_a_session():
+    table = SessionTable(CFG)
+    doc = tokens(7, 3000)
+    served(table, doc, [], salt="tenant-a")
+    edited = doc[:1500] + doc[1700:] + tokens(8, 50)
+    other = served(table, edited, [], salt="tenant-b")
+    assert other.kind == "cold"
+
+
+def blocks_two():
+    return (Block(1700, 1500, 1284, 1300, 2800), Block(3300, 3000, 400, 416, 3416))
+
+
+def test_cursor_reads_to_each_stop_then_splices():
+    cursor = SpliceCursor(blocks_two(), lead_new_end=1500, splice_retry=8, restore=True)
+    assert cursor.decide(radix_n0=1024, chunked_slot_busy=False, gate_allows=True) == Decision("phase1")
+    assert cursor.at_prefix(1200) == "read"
+    assert cursor.at_prefix(1500) == Splice(blocks_two()[0], 1, arm_restore=True)
+    assert cursor.spliced_block() == 3000
+    assert cursor.at_prefix(2900) == "read"
+    assert cursor.at_prefix(3000) == Splice(blocks_two()[1], 2, arm_restore=False)
+    assert cursor.spliced_block() is None
+
+
+def test_cursor_deferrals_and_direct_splice():
+    cursor = SpliceCursor(blocks_two(), lead_new_end=1500, splice_retry=2, restore=False)
+    assert cursor.decide(0, True, True) == Decision("retry", "chunked slot busy (1/2)")
+    assert cursor.decide(0, True, True) == Decision("retry", "chunked slot busy (2/2)")
+    assert cursor.decide(0, True, True) == Decision("drop", "chunked slot busy")
+    late = SpliceCursor(blocks_two(), lead_new_end=1500, splice_retry=8, restore=False)
+    assert late.decide(1600, False, True) == Decision("drop", "radix match 1600 past the lead 1500")
+    gated = SpliceCursor(blocks_two(), lead_new_end=1500, splice_retry=8, restore=False)
+    assert gated.decide(100, False, False) == Decision("gated")
+    direct = SpliceCursor(blocks_two(), lead_new_end=1500, splice_retry=8, restore=False)
+    assert direct.decide(1500, False, True) == Decision("direct_splice")
+
+
+def test_cursor_abort_and_multiblock_drop():
+    cursor = SpliceCursor(blocks_two(), lead_new_end=1500, splice_retry=8, restore=True)
+    cursor.decide(0, False, True)
+    assert cursor.at_prefix(1600) == "abort"
+    overlapping = (Block(1700, 1500, 1284, 1300, 2800), Block(2900, 2700, 300, 316, 3016))
+    cursor = SpliceCursor(overlapping, lead_new_end=1500, splice_retry=8, restore=True)
+    cursor.decide(0, False, True)
+    assert isinstance(cursor.at_prefix(1500), Splice)
+    assert cursor.spliced_block() is None  # next stop 2700 <= 1500 + 1284: abandoned
+
+
+def test_cursor_needs_a_block():
+    with pytest.raises(ValueError, match="at least one block"):
+        SpliceCursor((), lead_new_end=0, splice_retry=0, restore=False)
