@@ -173,3 +173,18 @@ def test_launcher_refuses_settings_that_break_exactness(tiny_model_dir, tmp_path
     assert result.returncode == 2
     assert "--cache-policy exact cannot guarantee its results with these settings:" in result.stderr
     assert "the recurrent state must stay fp32: drop --mamba-ssm-dtype / SGLANG_MAMBA_SSM_DTYPE (bfloat16)" in result.stderr
+
+
+def test_launcher_checks_what_sglang_resolved_not_just_the_command_line(tiny_model_dir):
+    """A repeated flag: the command-line check sees the first value, SGLang keeps the last."""
+    import os
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-m", "patches.launch_server", "--model-path", str(tiny_model_dir),
+         "--cache-policy", "exact", "--chunked-prefill-size", "832", "--chunked-prefill-size", "128"],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert result.returncode == 2
+    assert "needs --chunked-prefill-size 832, SGLang resolved 128" in result.stderr
