@@ -20,7 +20,9 @@ that path. Every prefill forward is checked against the plan's pieces (``check_p
 from __future__ import annotations
 
 import logging
+import os
 
+import torch
 from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
 from sglang.srt.mem_cache.radix_cache import RadixKey
 from sglang.srt.mem_cache.unified_cache_components import ComponentType
@@ -81,7 +83,7 @@ class ExactRadixCache(UnifiedRadixCache):
         if kind is None:
             # Not a keep point: nothing enters the tree; the request keeps its own KV rows.
             row = self.req_to_token_pool.req_to_token[req.req_pool_idx, :end]
-            req.prefix_indices = row.to(dtype=self._long_dtype(), copy=True)
+            req.prefix_indices = row.to(dtype=torch.int64, copy=True)
             return None
         super().cache_unfinished_req(req, chunked=chunked, **kwargs)
         self.executor.snapshot_written(req, end, kind)
@@ -93,10 +95,6 @@ class ExactRadixCache(UnifiedRadixCache):
     def dump_snapshot(self, req, position: int, directory: str) -> None:
         """Write the state just kept at ``position`` (conv windows + SSM state, every layer) to
         ``directory/<rid>-<position>.pt``; tests compare them with a cold read's."""
-        import os
-
-        import torch
-
         slot = int(req.last_node.component_data[ComponentType.MAMBA].value[0])
         cache = self.req_to_token_pool.mamba_pool.mamba_cache
         state = {"conv": [conv[:, slot].clone() for conv in cache.conv], "temporal": cache.temporal[:, slot].clone()}
@@ -108,12 +106,6 @@ class ExactRadixCache(UnifiedRadixCache):
             return super().cache_finished_req(req, is_insert=is_insert, **kwargs)
         # Nothing made while decoding is reused, and the tail piece stays private.
         return super().cache_finished_req(req, is_insert=False, **kwargs)
-
-    @staticmethod
-    def _long_dtype():
-        import torch
-
-        return torch.int64
 
 
 def whole_piece_budget(original, adder, req):
