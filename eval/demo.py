@@ -93,7 +93,7 @@ def run(model_dir: Path, out_dir: Path, policy: str = "radix", max_tokens: int =
     rows = []
     with server:
         for number, (label, kind, messages) in enumerate(conversation_turns(), 1):
-            rid = f"demo-{policy}-{number}"
+            rid = f"demo-{policy}.{number}"  # conversation.turn (eval.accounting.provenance)
             started = time.monotonic()
             server.chat(messages, max_tokens=max_tokens, rid=rid, ignore_eos=True)
             rows.append({"label": label, "kind": kind, "rid": rid, "seconds": time.monotonic() - started})

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from transformers import AutoTokenizer
 
-from eval import demo
+from eval import demo, report
 from exact_cache.replay import replay
 
 pytestmark = pytest.mark.engine
@@ -61,3 +61,9 @@ def test_demo_table(tiny_model_dir, tmp_path):
     assert table[1].split() == ["|", "reused", "moved", "read", "seconds"] * 2
     assert len(table) == 3 + len(prompts)
     assert table[3].split()[:3] == ["turn", "1", "first"]
+    # The accounting reads the same events: consistent, and classes as the conversation was built.
+    for policy in ("radix", "exact"):
+        ingested, failures = report.ingest(tmp_path / f"events-{policy}.jsonl", tmp_path / f"report-{policy}")
+        assert failures == []
+        assert [row.klass for row in ingested if row.conversation == f"demo-{policy}"] == [
+            "first", "append", "edited", "append"]
