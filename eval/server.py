@@ -84,14 +84,7 @@ class ServerProcess:
         return [line for line in self.log_text().splitlines() if any(m in line for m in FATAL_MARKERS)]
 
     def post(self, path: str, payload: dict, timeout: float = 300.0) -> dict:
-        request = urllib.request.Request(
-            self.url + path, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:
-                return json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            raise RuntimeError(f"POST {path} -> {exc.code}: {exc.read().decode(errors='replace')}") from None
+        return post_json(self.url + path, payload, timeout)
 
     def flush_cache(self, attempts: int = 100) -> None:
         """``/flush_cache``; SGLang refuses (400) while the last request is still leaving the scheduler."""
@@ -144,6 +137,16 @@ class ServerProcess:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def post_json(url: str, payload: dict, timeout: float = 300.0) -> dict:
+    """POST ``payload`` as JSON and return the JSON answer; an HTTP error raises with its body."""
+    request = urllib.request.Request(url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        raise RuntimeError(f"POST {url} -> {exc.code}: {exc.read().decode(errors='replace')}") from None
 
 
 def wait_for_events(path: Path, rids, timeout: float = 15.0) -> dict[str, dict]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from transformers import AutoTokenizer
 
@@ -96,3 +98,24 @@ def test_logprobs_match_the_transformers_reference(radix_server, tiny_model_dir)
     top2 = logprobs[list(positions)].topk(2, dim=-1)
     for (best, second), (best_id, _), token in zip(top2.values.tolist(), top2.indices.tolist(), record["output_ids"]):
         assert token == best_id or best - second < 1e-4  # greedy agrees unless a near-tie
+
+
+def test_workload_and_its_accounting(radix_server, tmp_path):
+    """The scripted agent workload against the real server; its events pass the accounting checks."""
+    from eval import report, workload
+
+    records = workload.run(radix_server.post, tmp_path, conversations=2, max_tokens=6, run_name="wl", progress=False)
+    rids = [r["rid"] for r in records]
+    assert rids == [f"wl.c{c}.{t}" for c in range(2) for t in range(5)]
+    assert [r["kind"] for r in records[:5]] == ["first", "tool", "tool", "edit", "append"]
+    events = wait_for_events(radix_server.events_path, rids)
+    assert all(events[rid]["prompt_tokens"] == r["usage"]["prompt_tokens"] for rid, r in zip(rids, records))
+    ingested, failures = report.ingest(radix_server.events_path, tmp_path / "report")
+    assert failures == []
+    classes = {row.rid: row.klass for row in ingested}
+    for c in range(2):
+        # The edit deletes a tool output from the middle: the reuse stops well short of the
+        # previous prompt. Appending turns reuse it.
+        assert [classes[f"wl.c{c}.{t}"] for t in range(5)] == ["first", "append", "append", "edited", "append"]
+    lines = (tmp_path / "client.jsonl").read_text().splitlines()
+    assert len(lines) == 10 and json.loads(lines[3])["kind"] == "edit"

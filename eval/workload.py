@@ -1,0 +1,106 @@
+"""A scripted, agent-like editing workload for any OpenAI-compatible server.
+
+``python -m eval.workload --server URL --out DIR [--conversations N] [--max-tokens M] [--run NAME]``
+
+Each conversation is a small agent loop over a task: tool outputs are appended, the assistant's
+earlier reasoning is stripped by the chat template (its replies carry ``<think>`` blocks), the
+agent deletes a stale tool output from the middle of its context, and one turn only appends.
+The conversation's next turn is built from the replies the server actually gave, as an agent
+would. Every request has a unique ``rid`` = ``<run>.<conversation>.<turn>`` (the accounting groups
+turns into conversations by it). ``DIR/client.jsonl`` gets one line per request: rid, turn kind,
+usage and latency.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+from tqdm import tqdm
+
+TURN_KINDS = ("first", "tool", "tool", "edit", "append")
+
+
+def tool_output(rng: random.Random, name: str, lines: int) -> str:
+    """A deterministic, log-like tool result (search hits or build output)."""
+    words = ["cache", "layer", "state", "piece", "token", "prefix", "kernel", "batch", "queue", "shard"]
+    body = [f"[{name}:{i:03d}] {rng.choice(words)} {rng.choice(words)} = {rng.randrange(10_000)}" for i in range(lines)]
+    return "\n".join(body)
+
+
+def build_messages(conversation: int, turn: int, replies: list[str], seed: int) -> list[dict]:
+    """The messages of ``turn`` (0-based), given the assistant replies to the earlier turns."""
+    rng = random.Random(seed * 1000 + conversation)
+    task = f"Task {conversation}: find which of the logged values changed between runs and explain why."
+    outputs = [tool_output(rng, f"tool{k}", 24) for k in range(3)]
+    messages: list[dict] = [
+        {"role": "system", "content": "You are a research agent. Think, then answer in one line."},
+        {"role": "user", "content": task},
+    ]
+    if turn == 0:
+        return messages
+    # Turns 1 and 2 each add an assistant step (reasoning + a tool call) and its tool output.
+    for step in range(min(turn, 2)):
+        messages.append({"role": "assistant", "content": f"<think>step {step}: {replies[step]}</think>\ncalling tool{step}"})
+        if turn >= 3 and step == 0:
+            continue  # the edit (turn 3, kept afterwards): the agent deleted the first tool output
+        messages.append({"role": "tool", "content": outputs[step]})
+    if turn >= 3:
+        messages.append({"role": "assistant", "content": f"<think>{replies[2]}</think>\nI removed a stale result."})
+        messages.append({"role": "user", "content": "Continue with what is left."})
+    if turn >= 4:
+        messages.append({"role": "assistant", "content": replies[3]})
+        messages.append({"role": "user", "content": "One more line, please."})
+    return messages
+
+
+def run(post: Callable[[str, dict], dict], out: Path, *, conversations: int = 3, max_tokens: int = 16,
+        run_name: str = "w", seed: int = 0, progress: bool = True) -> list[dict]:
+    """Drive the workload through ``post(path, payload) -> json``; returns the client records."""
+    out.mkdir(parents=True, exist_ok=True)
+    records = []
+    bar = tqdm(total=conversations * len(TURN_KINDS), desc="workload", unit="req", disable=not progress)
+    with open(out / "client.jsonl", "a") as log:
+        for conversation in range(conversations):
+            replies: list[str] = []
+            for turn, kind in enumerate(TURN_KINDS):
+                rid = f"{run_name}.c{conversation}.{turn}"
+                payload = {"model": "default", "messages": build_messages(conversation, turn, replies, seed),
+                           "max_tokens": max_tokens, "temperature": 0.0, "rid": rid}
+                started = time.monotonic()
+                response = post("/v1/chat/completions", payload)
+                reply = response["choices"][0]["message"]["content"] or ""
+                replies.append(reply.strip()[:200] or "(empty)")
+                record = {"rid": rid, "kind": kind, "usage": response["usage"],
+                          "seconds": round(time.monotonic() - started, 4)}
+                log.write(json.dumps(record) + "\n")
+                records.append(record)
+                bar.update(1)
+                bar.set_postfix(tokens=sum(r["usage"]["prompt_tokens"] for r in records))
+    bar.close()
+    return records
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m eval.workload", description=__doc__.splitlines()[0])
+    parser.add_argument("--server", required=True, help="base URL, e.g. http://127.0.0.1:30000")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--conversations", type=int, default=3)
+    parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--run", default="w", help="rid prefix for this run")
+    args = parser.parse_args(argv)
+    from eval.server import post_json
+
+    records = run(lambda path, payload: post_json(args.server + path, payload), args.out,
+                  conversations=args.conversations, max_tokens=args.max_tokens, run_name=args.run)
+    print(f"{len(records)} requests -> {args.out / 'client.jsonl'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
