@@ -219,18 +219,25 @@ def fused_gdn_gating(
     threshold: float = 20.0,
 ):
     """``g = -exp(A_log) * softplus(a + dt_bias)`` and ``beta = sigmoid(b)``, both ``[1, T, H]`` fp32."""
-    g = -torch.exp(A_log.float()) * F.softplus(
-        a.float() + dt_bias.float(), beta=beta, threshold=threshold
-    )
+    g = _log_decay(A_log, a, dt_bias, beta, threshold)
     # The Triton kernel rounds beta to b's dtype before storing it into an fp32 tensor.
     beta_out = torch.sigmoid(b.float()).to(b.dtype).float()
     return g.unsqueeze(0), beta_out.unsqueeze(0)
 
 
+def _log_decay(A_log, a, dt_bias, beta: float, threshold: float) -> torch.Tensor:
+    """The per-token, per-head log decay ``-exp(A_log) * softplus(a + dt_bias)``, fp32."""
+    return -torch.exp(A_log.float()) * F.softplus(a.float() + dt_bias.float(), beta=beta, threshold=threshold)
+
+
+def _l2norm_fp32(x: torch.Tensor) -> torch.Tensor:
+    xf = x.float()
+    return xf / torch.sqrt((xf * xf).sum(-1, keepdim=True) + L2NORM_EPS)
+
+
 def _l2norm(x: torch.Tensor) -> torch.Tensor:
     """FLA's l2norm: fp32 math, result stored back in the input dtype."""
-    xf = x.float()
-    return (xf / torch.sqrt((xf * xf).sum(-1, keepdim=True) + L2NORM_EPS)).to(x.dtype)
+    return _l2norm_fp32(x).to(x.dtype)
 
 
 def _expand_heads(t: torch.Tensor, num_v_heads: int) -> torch.Tensor:
@@ -368,14 +375,12 @@ def fused_sigmoid_gating_delta_rule_update(
     if scale is None:
         scale = k.shape[-1] ** -0.5
     num_v_heads = v.shape[-2]
-    g, beta = fused_gdn_gating(A_log, a, b, dt_bias, softplus_beta, softplus_threshold)
+    g = _log_decay(A_log, a, dt_bias, softplus_beta, softplus_threshold)
     beta = torch.sigmoid(b.float())  # the fused kernel keeps beta in fp32 (no storage rounding)
+    # The fused kernel normalises q and k in fp32 registers: no rounding to the input dtype.
+    qf, kf = (_expand_heads(t[0].float(), num_v_heads) for t in (q, k))
     if use_qk_l2norm_in_kernel:
-        qf, kf = (_expand_heads(t[0].float(), num_v_heads) for t in (q, k))
-        qf = qf / torch.sqrt((qf * qf).sum(-1, keepdim=True) + L2NORM_EPS)
-        kf = kf / torch.sqrt((kf * kf).sum(-1, keepdim=True) + L2NORM_EPS)
-    else:
-        qf, kf = (_expand_heads(t[0].float(), num_v_heads) for t in (q, k))
+        qf, kf = _l2norm_fp32(qf), _l2norm_fp32(kf)
     vf = v[0].float()
     out = torch.zeros_like(v)
     bounds = cu_seqlens.tolist()
@@ -384,7 +389,7 @@ def fused_sigmoid_gating_delta_rule_update(
             continue
         state = initial_state_source[slot].float().transpose(-1, -2)
         for t in range(bounds[i], bounds[i + 1]):
-            o, state = gdn_recurrent_step(qf[t], kf[t], vf[t], g[0, t], beta[t], state, scale)
+            o, state = gdn_recurrent_step(qf[t], kf[t], vf[t], g[t], beta[t], state, scale)
             out[0, t] = o.to(v.dtype)
         initial_state_source[slot] = state.transpose(-1, -2).to(initial_state_source.dtype)
     return out
