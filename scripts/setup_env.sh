@@ -36,9 +36,12 @@ if [ "$MODE" = cpu ]; then
   echo "[setup] installing sglang 0.5.16 (--no-deps) and the pinned CPU dependency list"
   pip_install --no-deps -r "$ROOT/requirements/cpu-top.txt"
   pip_install --no-deps -r "$ROOT/requirements/cpu-deps.txt"
+  echo "[setup] installing the evaluation extras (BM25, plots)"
+  pip_install --no-deps -r "$ROOT/requirements/eval.txt"
 else
   echo "[setup] installing sglang 0.5.16 with its CUDA dependencies"
   pip_install sglang==0.5.16 pytest
+  pip_install -r "$ROOT/requirements/eval.txt"
 fi
 echo "[setup] installing this project (editable)"
 pip_install --no-deps --no-build-isolation -e "$ROOT"
