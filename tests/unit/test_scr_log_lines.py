@@ -1,5 +1,5 @@
-"""``scr.log_lines``: the authors' log lines (``scr_spec.md`` §11) byte for byte, parsed back, and
-SGLang's ``Finish:`` line (§11.5, §12.1)."""
+"""``scr.log_lines``: the start-up lines built from ``scr.config``, and the re-export of every
+format and parser from ``policy.log_lines`` (the scr glue imports them from ``scr.log_lines``)."""
 
 from __future__ import annotations
 
@@ -8,198 +8,23 @@ import re
 
 import pytest
 
+import policy.log_lines
 from scr import log_lines
 from scr.config import ScrConfig
-from scr.log_lines import TEMPLATES, format_line, parse_finish, parse_line
-
-# (kind, values, exact text). Texts are written out from the spec's field lists.
-CASES = [
-    pytest.param(
-        "scr_start",
-        {"state": False, "sglang_version": "0.5.16", "settings": {"KVREUSE_ENABLED": "0", "KVREUSE_MAX_BLOCKS": "3"}},
-        "[scr] Suffix Cache Reuse off | sglang 0.5.16 (built for 0.5.16) | KVREUSE_ENABLED=0 KVREUSE_MAX_BLOCKS=3",
-        id="scr_start",
-    ),
-    pytest.param(
-        "scr_site",
-        {"v6": True, "pin_only": False, "lead_freeze": False, "ssm_snap": "release", "pid": 31337, "no_rerotate": True,
-         "max_sessions": 256, "fastdiff": False, "cdc_target": 128, "fastdiff_min": 4096, "timing": True,
-         "min_extend": 32, "t6_guard": False, "trace": False, "evict_on_fail": False, "evict_margin": 0,
-         "max_blocks": 3, "mb_min_gap": 128, "splice_retry": 0},
-        "[kvreuse-site] v6.10 splice-after-extend patches applied (per-request knobs via kvreuse_session_id) "
-        "(v5 base) v6=1 pin_only=0 lead_freeze=0 ssm_snap=release pid=31337 no_rerotate=1 max_sessions=256 "
-        "fastdiff=0 cdc_target=128 fastdiff_min=4096 timing=1 min_extend=32 t6_guard=0 trace=0 evict_on_fail=0 "
-        "evict_margin=0 | v6.10k multiblock=1 max_blocks=3 mb_min_gap=128 splice_retry=0",
-        id="scr_site",
-    ),
-    pytest.param("prefill_hook", {},
-                 "[kvreuse] v6.3: prefill-end snapshot hook attached to SchedulerBatchResultProcessor",
-                 id="prefill_hook"),
-    pytest.param("wrapped_alloc", {"pool_class": "HybridReqToTokenPool"},
-                 "[kvreuse] wrapped HybridReqToTokenPool.alloc for state restore", id="wrapped_alloc"),
-    pytest.param("ssm_shadow", {"sessions": 12, "gib": 1.5},
-                 "[kvreuse] ssm shadow: 12 sessions, 1.50 GiB private (outside the mamba pool)", id="ssm_shadow"),
-    pytest.param("side_buffer", {"slots": 12, "tokens": 30000, "gib": 21.97, "kib_per_token": 64.0},
-                 "[kvreuse] side buffer: 12 slots x 30000 tokens (21.97 GiB, 64.0 KiB/token)", id="side_buffer"),
-    pytest.param(
-        "init",
-        {"full_attn_layers": 16, "rotary": True, "layers": [3, 7, 11, 15, 19, 23, 27, 31], "pool_slots": 400000,
-         "snapshot_budget": 100000, "evict_floor": 80000},
-        "[kvreuse] init: full_attn_layers=16 rotary=True layers=[3, 7, 11, 15, 19, 23, 27, 31] pool_slots=400000 "
-        "snapshot_budget=100000 evict_floor=80000",
-        id="init",
-    ),
-    pytest.param(
-        "trace_req",
-        {"rid": "conv-1-turn2", "sid": "s000001", "slot": 0, "n_new": 5321, "n_old": 4800, "nsess": 3,
-         "tag": "<|im_start|>system You are"},
-        "[kvreuse] kv6trace ev=req rid=conv-1-turn2 sid=s000001 slot=0 n_new=5321 n_old=4800 nsess=3 "
-        "tag='<|im_start|>system You are'",
-        id="trace_req",
-    ),
-    pytest.param(
-        "trace_req",
-        {"rid": "r", "sid": "s000002", "slot": None, "n_new": 10, "n_old": 0, "nsess": 1, "tag": "it's"},
-        "[kvreuse] kv6trace ev=req rid=r sid=s000002 slot=None n_new=10 n_old=0 nsess=1 tag=\"it's\"",
-        id="trace_req-new-session-no-slot",
-    ),
-    pytest.param("trace", {"ev": "side_acq", "fields": {"slot": 0, "sid": "s000001", "free": 11}},
-                 "[kvreuse] kv6trace ev=side_acq slot=0 sid=s000001 free=11", id="trace-side_acq"),
-    pytest.param("trace", {"ev": "side_rel", "fields": {"slot": 0, "sid": "s000001"}},
-                 "[kvreuse] kv6trace ev=side_rel slot=0 sid=s000001", id="trace-side_rel"),
-    pytest.param("trace", {"ev": "drop_private", "fields": {"sid": "s000001", "slot": None, "n_side": 0}},
-                 "[kvreuse] kv6trace ev=drop_private sid=s000001 slot=None n_side=0", id="trace-drop_private"),
-    pytest.param("trace", {"ev": "snap", "fields": {"sid": "s000001", "slot": 0, "keep": 1500, "n": 2300, "prev": 2100}},
-                 "[kvreuse] kv6trace ev=snap sid=s000001 slot=0 keep=1500 n=2300 prev=2100", id="trace-snap"),
-    pytest.param("trace", {"ev": "ssm_save", "fields": {"rid": "r1", "sid": "s000001", "slot": 0, "midx": 5, "n": 2000}},
-                 "[kvreuse] kv6trace ev=ssm_save rid=r1 sid=s000001 slot=0 midx=5 n=2000", id="trace-ssm_save"),
-    pytest.param(
-        "trace",
-        {"ev": "ssm_restore", "fields": {"rid": "r1", "slot": 0, "midx": 5, "sid": "s000001", "before": 0.0,
-                                         "shadow": 1234.5, "after": 1234.5}},
-        "[kvreuse] kv6trace ev=ssm_restore rid=r1 slot=0 midx=5 sid=s000001 before=0.0 shadow=1234.5 after=1234.5",
-        id="trace-ssm_restore",
-    ),
-    pytest.param(
-        "splice_ok",
-        {"rid": "conv-1-turn2", "sid": "s000001", "slot": 0, "stop": 2000, "relocated": 984, "extend": 1016,
-         "live": 4000, "spliced": 7, "spliced_tokens": 6100, "block": 1, "num_blocks": 2},
-        "[kvreuse] v6 splice OK: rid=conv-1-turn2 sid=s000001 slot=0 A+B'=2000 C'=984 extend=1016 live=4000 "
-        "[spliced=7 tokens=6100] blocks=1/2",
-        id="splice_ok",
-    ),
-    pytest.param("ssm_dropped", {"rid": "stale-2", "sid": "s000004"},
-                 "[kvreuse] ssm snapshot dropped: rid=stale-2 sid=s000004 finished before prefill end",
-                 id="ssm_dropped"),
-    pytest.param("passthrough", {"sid": "s000001", "kept": 2000, "deleted": 0, "inserted": 150},
-                 "[kvreuse] s000001 passthrough kept=2000 del=0 ins=150", id="passthrough"),
-    pytest.param("deferred_retry", {"rid": "r1", "attempt": 3, "max_attempts": 8},
-                 "[kvreuse] kv6 rid=r1 tail DEFERRED-RETRY 3/8 (chunked slot busy)", id="deferred_retry"),
-    pytest.param(
-        "multiblock_plan",
-        {"rid": "r1", "num_blocks": 2, "stops": [2000, 3500], "reloc": [984, 400], "kext": 16, "maxb": 6,
-         "cands": 4, "live": 5000},
-        "[kvreuse] kv6 rid=r1 multiblock plan: K=2 stops=[2000, 3500] reloc=[984, 400] kext=16 maxb=6 cands=4 "
-        "live=5000",
-        id="multiblock_plan",
-    ),
-    pytest.param(
-        "phase1",
-        {"rid": "r1", "radix_n0": 1024, "chunk1": 976, "n_c": 1000, "total": 4000, "ssm_restore": True,
-         "ssm_mode": "fork", "ssm_na": False, "ssm_obj": True},
-        "[kvreuse] kv6 rid=r1 phase1 radix_a=1024 chunk1=976 tail=1000 total=4000 ssm_restore=True ssm_mode=fork "
-        "ssm_na=False ssm_obj=True",
-        id="phase1",
-    ),
-    pytest.param(
-        "phase2",
-        {"rid": "r1", "prefilled_chunk1": 976, "reused_tail": 984, "extend2": 1016, "total": 4000, "rot_delta": -100},
-        "[kvreuse] kv6 rid=r1 phase2 prefilled_chunk1=976 reused_tail=984 extend2=1016 total=4000 rot_delta=-100",
-        id="phase2-negative-shift",
-    ),
-    pytest.param(
-        "multiblock_next",
-        {"rid": "r1", "block": 2, "num_blocks": 2, "start": 2984, "end": 3500, "rows": 400},
-        "[kvreuse] kv6 rid=r1 multiblock next: block 2/2 extend=[2984,3500) then splice 400 rows",
-        id="multiblock_next",
-    ),
-    pytest.param(
-        "multiblock_drop",
-        {"rid": "r1", "block": 2, "num_blocks": 3, "stop": 2900, "prefix": 2984, "abandoned": 2},
-        "[kvreuse] kv6 rid=r1 multiblock DROP: block 2/3 stop=2900 <= prefix=2984 (or empty); 2 block(s) "
-        "abandoned, tail re-prefilled",
-        id="multiblock_drop",
-    ),
-    pytest.param(
-        "phase1_aborted",
-        {"reason": "admitted extend ends at 900 > |A|+|B'| 800", "aborts": 3},
-        "[kvreuse] v6 phase1 aborted (admitted extend ends at 900 > |A|+|B'| 800); normal prefill of the tail "
-        "[aborts=3]",
-        id="phase1_aborted",
-    ),
-    pytest.param("phase2_mismatch", {"prefix": 1990, "stop": 2000},
-                 "[kvreuse] v6 phase2: prefix 1990 != |A|+|B'| 2000 -> normal prefill of the tail",
-                 id="phase2_mismatch"),
-    pytest.param("alloc_failed", {"n": 984},
-                 "[kvreuse] v6 phase2: alloc(984) failed -> normal prefill of the tail", id="alloc_failed"),
-    pytest.param(
-        "slot_stolen",
-        {"rid": "r1", "slot": 3, "owner": "s000009", "sess": "s000001", "row_start": 1000, "row_end": 1984,
-         "ids_match": False, "stolen": 1},
-        "[kvreuse] v6 SIDE SLOT STOLEN: rid=r1 slot=3 owner=s000009 sess=s000001 rows=1000:1984 ids_match=False "
-        "guard=True -> normal prefill of the tail [stolen=1]",
-        id="slot_stolen",
-    ),
-    pytest.param(
-        "slot_stolen",
-        {"rid": "r1", "slot": 3, "owner": None, "sess": "s000001", "row_start": 0, "row_end": 84,
-         "ids_match": True, "stolen": 2},
-        "[kvreuse] v6 SIDE SLOT STOLEN: rid=r1 slot=3 owner=None sess=s000001 rows=0:84 ids_match=True "
-        "guard=True -> normal prefill of the tail [stolen=2]",
-        id="slot_stolen-free-slot",
-    ),
-    pytest.param(
-        "evict_declined", {"avail": 100, "evictable": 5000, "need": 984, "floor": 80000},
-        "[kvreuse] evict-before-fail: declined (avail=100 evictable=5000 need=984 floor=80000)", id="evict_declined",
-    ),
-    pytest.param(
-        "evict_retry", {"requested": 2932, "evicted": 3000, "retry": "OK", "ok": 4, "total": 5},
-        "[kvreuse] evict-before-fail: requested=2932 evicted=3000 retry=OK [4/5]", id="evict_retry",
-    ),
-    pytest.param(
-        "drift", {"unaccounted": 984, "first": 984, "max": 1968, "allocs": 12, "alloc_slots": 9000, "side_held": 60000},
-        "[kvreuse] DRIFT: 984 slots unaccounted (first=984 max=1968) after 12 freeze allocs / 9000 slots | "
-        "side_held=60000",
-        id="drift",
-    ),
-]  # fmt: skip
+from scr.log_lines import format_line, parse_line
 
 
-@pytest.mark.parametrize("kind, values, text", CASES)
-def test_format_is_byte_exact(kind, values, text):
-    assert format_line(kind, **values) == text
+@pytest.mark.parametrize("name", [
+    "SGLANG_TARGET", "TEMPLATES", "TRACE_FIELDS", "format_line", "parse_line", "parse_finish", "trace_tag",
+    "side_buffer_line", "_KINDS", "_PATTERNS", "_FIELDS", "_parts", "_compile", "_SITE_HEAD",
+])
+def test_reexports_the_policy_module(name):
+    assert getattr(log_lines, name) is getattr(policy.log_lines, name)
 
 
-@pytest.mark.parametrize("kind, values, text", CASES)
-def test_parse_reads_the_values_back(kind, values, text):
-    assert parse_line(text) == {"kind": kind, **values}
-
-
-@pytest.mark.parametrize("kind, values, text", CASES)
-def test_parse_ignores_a_leading_prefix_and_the_newline(kind, values, text):
-    assert parse_line(f"[2026-01-01 12:00:00 TP0] {text}\n") == {"kind": kind, **values}
-
-
-def test_every_template_has_a_case():
-    assert {case.values[0] for case in CASES} == set(TEMPLATES)
-
-
-def test_every_trace_event_has_a_case():
-    events = {case.values[1]["ev"] for case in CASES if case.values[0] == "trace"}
-    assert events == set(log_lines.TRACE_FIELDS)
-
-
-# ---------------------------------------------------------------------- helpers
+def test_policy_module_is_standard_library_only():
+    source = open(policy.log_lines.__file__).read()
+    assert "import scr" not in source and "from scr" not in source
 
 
 def test_site_banner_defaults():
@@ -231,102 +56,6 @@ def test_scr_start_line_prints_config_defaults_in_table_order():
     assert parse_line(line)["settings"]["KVREUSE_MAX_BLOCKS"] == "3"
 
 
-@pytest.mark.parametrize(
-    "text, expected",
-    [
-        pytest.param("hello", "hello", id="short"),
-        pytest.param("a\nb\n", "a b ", id="newlines-to-spaces"),
-        pytest.param("x" * 100, "x" * 90, id="cut-to-90"),
-        pytest.param("\n" * 95, " " * 90, id="newlines-then-cut"),
-    ],
-)
-def test_trace_tag(text, expected):
-    assert log_lines.trace_tag(text) == expected
-
-
-def test_trace_tag_round_trips_through_the_req_line():
-    tag = log_lines.trace_tag("<|im_start|>system\nYou are a 'helpful' \"agent\"\t\u00e9")
-    line = format_line("trace_req", rid="r", sid="s000001", slot=1, n_new=1, n_old=0, nsess=1, tag=tag)
-    assert parse_line(line)["tag"] == "<|im_start|>system You are a 'helpful' \"agent\"\t\u00e9"
-
-
-def test_side_buffer_line_from_bytes_per_token():
-    # §5.1: Qwen3.6-27B, 16 full-attention layers x (K+V) x 2 KiB = 64 KiB per token.
-    assert log_lines.side_buffer_line(12, 30000, 16 * 2 * 2048) == (
-        "[kvreuse] side buffer: 12 slots x 30000 tokens (21.97 GiB, 64.0 KiB/token)"
-    )
-
-
-# ---------------------------------------------------------------------- formatter errors
-
-
-@pytest.mark.parametrize(
-    "kind, values, error, message",
-    [
-        pytest.param("trace", {"ev": "snap", "fields": {"slot": 0, "sid": "s1", "keep": 0, "n": 1, "prev": 0}},
-                     ValueError,
-                     "kv6trace ev=snap: fields must be ('sid', 'slot', 'keep', 'n', 'prev'), in that order; "
-                     "got ('slot', 'sid', 'keep', 'n', 'prev')",
-                     id="trace-field-order"),
-        pytest.param("trace", {"ev": "req", "fields": {"rid": "r"}}, ValueError,
-                     "ev=req has its own template: format_line('trace_req', ...)", id="trace-req-generic"),
-        pytest.param("alloc_failed", {"n": True}, TypeError, "expected an int, got True", id="int-bool"),
-        pytest.param("alloc_failed", {"n": "984"}, TypeError, "expected an int, got '984'", id="int-str"),
-        pytest.param("ssm_dropped", {"rid": "a b", "sid": "s1"}, ValueError,
-                     "'a b': a word field cannot be empty or contain spaces", id="word-with-space"),
-        pytest.param("trace", {"ev": "custom", "fields": {"k": "two words"}}, ValueError,
-                     "'two words': a word field cannot be empty or contain spaces", id="kvs-with-space"),
-    ],
-)  # fmt: skip
-def test_format_errors(kind, values, error, message):
-    with pytest.raises(error) as info:
-        format_line(kind, **values)
-    assert str(info.value) == message
-
-
-def test_format_requires_every_field():
-    with pytest.raises(KeyError):
-        format_line("alloc_failed")
-
-
-def test_unknown_trace_event_keeps_its_fields():
-    line = format_line("trace", ev="custom", fields={"a": 1, "b": "x", "c": None, "d": 0.5, "e": True})
-    assert line == "[kvreuse] kv6trace ev=custom a=1 b=x c=None d=0.5 e=True"
-    assert parse_line(line) == {"kind": "trace", "ev": "custom", "fields": {"a": 1, "b": "x", "c": None, "d": 0.5, "e": True}}
-
-
-# ---------------------------------------------------------------------- the spec's own text
-
-
-@pytest.mark.parametrize(
-    "line, expected",
-    [
-        # §11.1 / H4: quoted verbatim.
-        pytest.param("[kvreuse] v6.3: prefill-end snapshot hook attached to SchedulerBatchResultProcessor",
-                     {"kind": "prefill_hook"}, id="prefill-hook-line"),
-        # §5.1: "12 slots x 30000 tokens (21.97 GiB, 64.0 KiB/token)" (the README figure).
-        pytest.param("[kvreuse] side buffer: 12 slots x 30000 tokens (21.97 GiB, 64.0 KiB/token)",
-                     {"kind": "side_buffer", "slots": 12, "tokens": 30000, "gib": 21.97, "kib_per_token": 64.0},
-                     id="side-buffer-readme"),
-        # §9.2 / §13.3: "ssm snapshot dropped: rid=<rid> sid=<sid> finished before prefill end".
-        pytest.param("[kvreuse] ssm snapshot dropped: rid=reg-tenant-s-turn2 sid=s000003 finished before prefill end",
-                     {"kind": "ssm_dropped", "rid": "reg-tenant-s-turn2", "sid": "s000003"}, id="ssm-dropped"),
-        # §10.2 abort reasons, verbatim.
-        pytest.param("[kvreuse] v6 phase1 aborted (another request is already chunked); normal prefill of the tail [aborts=1]",
-                     {"kind": "phase1_aborted", "reason": "another request is already chunked", "aborts": 1},
-                     id="abort-already-chunked"),
-        pytest.param("[kvreuse] v6 phase1 aborted (another request became the chunked request); normal prefill of the tail [aborts=2]",
-                     {"kind": "phase1_aborted", "reason": "another request became the chunked request", "aborts": 2},
-                     id="abort-became-chunked"),
-        pytest.param("[kvreuse] v6 phase1 aborted (re-entered with prefix 2100 beyond |A|+|B'| 2000); normal prefill of the tail [aborts=3]",
-                     {"kind": "phase1_aborted", "reason": "re-entered with prefix 2100 beyond |A|+|B'| 2000", "aborts": 3},
-                     id="abort-reentered"),
-    ],
-)  # fmt: skip
-def test_spec_lines(line, expected):
-    assert parse_line(line) == expected
-
-
 def test_banner_starts_with_the_spec_prefix():
     prefix = (
         "[kvreuse-site] v6.10 splice-after-extend patches applied (per-request knobs via kvreuse_session_id) "
@@ -348,70 +77,3 @@ def test_lines_satisfy_the_report_field_order():
     assert re.search(r"v6 splice OK: rid=(\S+) sid=(\S+) slot=(\S+) A\+B'=(\d+) C'=(\d+)", splice).groups() == (
         "r1", "s000001", "0", "10", "84",
     )
-
-
-@pytest.mark.parametrize(
-    "line",
-    [
-        pytest.param("", id="empty"),
-        pytest.param("[2026-01-01 12:00:00] Prefill batch, #new-seq: 1, #new-token: 512", id="sglang-line"),
-        pytest.param("[kvreuse] something new", id="unknown-kvreuse-line"),
-        pytest.param("[kvreuse] v6 splice OK: rid=r1 sid=s1 slot=0 A+B'=x C'=1", id="malformed-splice"),
-        pytest.param("[kvreuse] v6 phase2: alloc(984) failed -> normal prefill of the tail; extra", id="trailing-text"),
-    ],
-)
-def test_not_our_lines(line):
-    assert parse_line(line) is None
-
-
-# ---------------------------------------------------------------------- SGLang's Finish: line
-
-# Produced by SGLang 0.5.16's own RequestLogger formatting at --log-requests-level 0
-# (srt/utils/request_logger.py, _dataclass_to_string_truncated), behind the main process's
-# "[%(asctime)s] " log prefix; values chosen for the test.
-FINISH = (
-    "[2026-01-01 12:00:00] Finish: obj=GenerateReqInput(rid='conv-7-turn2', session_id=None, mm_hashes=None, "
-    "use_audio_in_video=False, return_logprob=None, logprob_start_len=None, top_logprobs_num=None, "
-    "token_ids_logprob=None, return_sampling_mask=None, return_text_in_logprobs=False, stream=False, "
-    "log_metrics=True, return_hidden_states=False, return_routed_experts=False, routed_experts_start_len=0, "
-    "return_indexer_topk=False, modalities=None, session_params=None, lora_id=None, custom_logit_processor=None, "
-    "positional_embed_overrides=None, bootstrap_host=None, bootstrap_port=None, bootstrap_room=None, "
-    "bootstrap_pair_key=None, decode_tp_size=None, routed_dp_rank=None, disagg_prefill_dp_rank=None, "
-    "routing_key=None, conversation_id=None, http_worker_ipc=None, background=False, require_reasoning=False, "
-    "priority=None, extra_key=None, no_logs=False, custom_labels=None, return_bytes=False, return_entropy=False, "
-    "return_prompt_token_ids=False, external_trace_header=None, received_time=None, need_wait_for_mm_inputs=None, "
-    "num_items_assigned=None, encoder_urls=None, max_dynamic_patch=None, min_dynamic_patch=None, "
-    "image_max_dynamic_patch=None, video_max_dynamic_patch=None, images_config=None, "
-    "multi_item_delimiter_indices=None), out={'meta_info': {'id': 'conv-7-turn2', 'finish_reason': "
-    "{'type': 'length', 'length': 48}, 'prompt_tokens': 5321, 'weight_version': 'default', 'num_retractions': 0, "
-    "'completion_tokens': 48, 'cached_tokens': 4100, 'reasoning_tokens': 0, 'e2e_latency': 1.25, "
-    "'response_sent_to_client_ts': 1760000000.5}}"
-)
-
-
-@pytest.mark.parametrize(
-    "line, expected",
-    [
-        pytest.param(FINISH, {"kind": "finish", "rid": "conv-7-turn2", "prompt_tokens": 5321,
-                              "completion_tokens": 48, "cached_tokens": 4100}, id="sglang-0.5.16-level-0"),
-        pytest.param("Finish: obj=X(), out={'meta_info': {'id': 'r9', 'prompt_tokens': 12}}",
-                     {"kind": "finish", "rid": "r9", "prompt_tokens": 12, "completion_tokens": 0, "cached_tokens": 0},
-                     id="missing-counts-default-0"),
-        pytest.param("Finish: obj=X(), out={'meta_info': {'id': \"it's\", 'prompt_tokens': 3, 'cached_tokens': 2}}",
-                     {"kind": "finish", "rid": "it's", "prompt_tokens": 3, "completion_tokens": 0, "cached_tokens": 2},
-                     id="double-quoted-rid"),
-        pytest.param("Finish: obj=X(custom_labels={'id': 'label'}), out={'meta_info': {'id': 'r2', 'prompt_tokens': 7, "
-                     "'cached_tokens_details': {'device': 5}, 'cached_tokens': 5}}",
-                     {"kind": "finish", "rid": "r2", "prompt_tokens": 7, "completion_tokens": 0, "cached_tokens": 5},
-                     id="reads-the-out-part-and-not-cached_tokens_details"),
-        pytest.param("Finish: obj=X(), out={'meta_info': {'prompt_tokens': 12}}", None, id="no-id"),
-        pytest.param("Finish: obj=X(), out={'meta_info': {'id': 'r9'}}", None, id="no-prompt_tokens"),
-    ],
-)  # fmt: skip
-def test_finish(line, expected):
-    assert parse_line(line) == expected
-    assert parse_finish(line) == expected
-
-
-def test_parse_finish_ignores_other_lines():
-    assert parse_finish("[kvreuse] v6 phase2: alloc(984) failed -> normal prefill of the tail") is None
