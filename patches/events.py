@@ -23,6 +23,7 @@ parallelism) never interleave. Readers (``eval/``) use ``policy.events.RequestEv
 | snapshots      | list        | ``[position, kind]`` of each recurrent-state snapshot this read kept  |
 |                |             | (``exact``: periodic, prompt_end, junction, *_back); [] otherwise     |
 | forwards_off_plan | int      | prefill forwards that were not the plan's next piece (must be 0)     |
+| blocks         | int         | blocks of relocated rows spliced into the prompt (``scr``; else 0)    |
 
 Identity, always: ``prompt_tokens == prefix_reused + moved + read``.
 """

@@ -161,7 +161,7 @@ class PolicyExecutor:
                 decode_tokens=decode_tokens,
                 cache_salt=req.extra_key,
                 plan_resume=tracked.plan.resume if tracked else None,
-                finish_reason=_finish_type(req.finished_reason),
+                finish_reason=finish_type(req.finished_reason),
                 queued_ts=tracked.queued_ts if tracked else time.time(),
                 finished_ts=time.time(),
                 snapshots=tracked.snapshots if tracked else [],
@@ -181,7 +181,7 @@ class PolicyExecutor:
         self.policy.check()
 
 
-def _finish_type(reason) -> str | None:
+def finish_type(reason) -> str | None:
     if reason is None:
         return None
     as_json = reason.to_json() if hasattr(reason, "to_json") else None

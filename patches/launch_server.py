@@ -79,6 +79,20 @@ def apply_server_settings(policy_name: str, settings: dict, argv: list[str]) -> 
     return out
 
 
+def add_server_defaults(defaults: dict, argv: list[str]) -> list[str]:
+    """Add each of a policy's default SGLang settings that the command line does not give."""
+    out = list(argv)
+    for field, value in defaults.items():
+        flag = _flag(field)
+        if _given(argv, flag)[0]:
+            continue
+        if isinstance(value, bool):
+            out += [flag] if value else []
+        else:
+            out += [flag, str(value)]
+    return out
+
+
 def parse(argv: list[str]) -> tuple[registry.PolicySpec, list[str]]:
     """Split our flags from SGLang's and resolve the policy; exits with status 2 on bad input."""
     parser = build_parser()
@@ -90,6 +104,7 @@ def parse(argv: list[str]) -> tuple[registry.PolicySpec, list[str]]:
         settings = policy.server_settings() if hasattr(policy, "server_settings") else {}
         settings.update(_snapshot_budget(policy, rest))
         rest = apply_server_settings(spec.policy, settings, rest)
+        rest = add_server_defaults(policy.server_defaults() if hasattr(policy, "server_defaults") else {}, rest)
     except registry.PolicyError as exc:
         parser.error(str(exc))
     return spec, rest

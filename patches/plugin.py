@@ -28,6 +28,10 @@ RELEASE_KV = "sglang.srt.mem_cache.common.release_kv_cache"
 SCHEDULER_IDLE = "sglang.srt.managers.scheduler.Scheduler.on_idle"
 SCHEDULER_INIT = "sglang.srt.managers.scheduler.Scheduler.__init__"
 ADD_CHUNKED_REQ = "sglang.srt.managers.schedule_policy.PrefillAdder.add_chunked_req"
+ADD_ONE_REQ = "sglang.srt.managers.schedule_policy.PrefillAdder.add_one_req"
+ENQUEUE = "sglang.srt.managers.scheduler.Scheduler._add_request_to_queue"
+PREFILL_RESULT = ("sglang.srt.managers.scheduler_components.batch_result_processor."
+                  "SchedulerBatchResultProcessor.process_batch_result_prefill")
 
 # One line per process, format fixed (tests and operators grep it).
 INSTALLED_LINE = "[cache-policy] overlay installed pid={pid} cpu_platform={cpu} policy={policy} hooks={hooks}"
@@ -120,6 +124,9 @@ def _install_policy_hooks(register, spec) -> None:
         spec.build()  # fail in every process, the launcher's included, on a bad spec
     except Exception as exc:  # noqa: BLE001 - any construction error stops the server
         raise fail(f"cannot build policy {spec.policy!r}: {exc}") from None
+    if spec.policy == "scr":
+        _install_scr_hooks(register, spec)
+        return
 
     def after_scheduler_init(result, scheduler, server_args, *args, **kwargs):
         from patches.events import EventWriter
@@ -163,6 +170,64 @@ def _install_policy_hooks(register, spec) -> None:
         register(ADD_CHUNKED_REQ, whole_piece_budget, "around")
     register(SCHEDULER_INIT, after_scheduler_init, "after")
     register(REQ_MATCHED, after_match, "after")
+    register(RELEASE_KV, before_release, "before")
+    register(SCHEDULER_IDLE, before_idle, "before")
+
+
+def _install_scr_hooks(register, spec) -> None:
+    """SCR decides at enqueue and while a request is read (``patches/scr_runtime.py``)."""
+
+    def runtime():
+        return _state["executor"]
+
+    def after_scheduler_init(result, scheduler, server_args, *args, **kwargs):
+        from patches.events import EventWriter
+        from patches.scr_runtime import ScrRuntime
+
+        leader = is_leader(scheduler)
+        events = EventWriter(spec.events_path) if spec.events_path is not None and leader else None
+        _state["executor"] = ScrRuntime(spec.build(), scheduler, events, leader)
+        if leader:
+            logger.info("cache policy %s started with config %s", spec.policy, spec.config)
+
+    def before_enqueue(scheduler, req, *args, **kwargs):
+        if runtime() is not None:
+            runtime().on_enqueue(scheduler, req, *args, **kwargs)
+
+    def around_init_round(original, req, *args, **kwargs):
+        if runtime() is None:
+            return original(req, *args, **kwargs)
+        return runtime().init_round(original, req, *args, **kwargs)
+
+    def around_add_one_req(original, adder, req, *args, **kwargs):
+        if runtime() is None:
+            return original(adder, req, *args, **kwargs)
+        return runtime().add_one_req(original, adder, req, *args, **kwargs)
+
+    def around_add_chunked_req(original, adder, req):
+        if runtime() is None:
+            return original(adder, req)
+        return runtime().add_chunked_req(original, adder, req)
+
+    def after_prefill(result, processor, batch, *args, **kwargs):
+        if runtime() is not None:
+            runtime().after_prefill(result, processor, batch, *args, **kwargs)
+        return result
+
+    def before_release(req, tree_cache, *args, **kwargs):
+        if runtime() is not None:
+            runtime().on_release(req, tree_cache, *args, **kwargs)
+
+    def before_idle(scheduler, *args, **kwargs):
+        if runtime() is not None:
+            runtime().on_idle(scheduler)
+
+    register(SCHEDULER_INIT, after_scheduler_init, "after")
+    register(ENQUEUE, before_enqueue, "before")
+    register(REQ_MATCHED, around_init_round, "around")
+    register(ADD_ONE_REQ, around_add_one_req, "around")
+    register(ADD_CHUNKED_REQ, around_add_chunked_req, "around")
+    register(PREFILL_RESULT, after_prefill, "after")
     register(RELEASE_KV, before_release, "before")
     register(SCHEDULER_IDLE, before_idle, "before")
 

@@ -40,3 +40,32 @@ def rerotate_keys(keys: torch.Tensor, delta: torch.Tensor, inv_freq: torch.Tenso
     if unchanged.any():
         out[unchanged] = keys[unchanged]
     return out
+
+
+def rerotate_keys_from_cache(keys: torch.Tensor, old_pos: torch.Tensor, new_pos: torch.Tensor,
+                             cos_sin_cache: torch.Tensor) -> torch.Tensor:
+    """Keys ``[n, heads, head_dim]`` moved from ``old_pos[n]`` to ``new_pos[n]`` with the model's own
+    rotary table (``scr_spec.md`` §8.2: ``cos_sin_cache[pos] = cos(pos·θ) ‖ sin(pos·θ)``).
+
+    The angle difference comes from the sum identities in float32, so the rotation uses exactly
+    the cos/sin values the model rotated with: cosΔ = cos_p·cos_o + sin_p·sin_o,
+    sinΔ = sin_p·cos_o − cos_p·sin_o. NeoX halves, first ``rotary_dim`` channels only.
+    """
+    rotary_dim = cos_sin_cache.shape[-1]
+    half = rotary_dim // 2
+    if rotary_dim > keys.shape[-1]:
+        raise ValueError(f"rotary_dim {rotary_dim} exceeds head_dim {keys.shape[-1]}")
+    table = cos_sin_cache.to(torch.float32)
+    old, new = table[old_pos.long()], table[new_pos.long()]
+    cos_o, sin_o, cos_p, sin_p = old[:, :half], old[:, half:], new[:, :half], new[:, half:]
+    cos = (cos_p * cos_o + sin_p * sin_o)[:, None, :]
+    sin = (sin_p * cos_o - cos_p * sin_o)[:, None, :]
+    rot = keys[..., :rotary_dim].to(torch.float32)
+    first, second = rot[..., :half], rot[..., half:]
+    moved = torch.cat([first * cos - second * sin, second * cos + first * sin], dim=-1)
+    out = keys.clone()
+    out[..., :rotary_dim] = moved.to(keys.dtype)
+    unchanged = old_pos == new_pos
+    if unchanged.any():
+        out[unchanged] = keys[unchanged]
+    return out

@@ -27,6 +27,7 @@ class RequestEvent:
     finished_ts: float
     snapshots: list = field(default_factory=list)  # [[position, kind], ...] kept by this read
     forwards_off_plan: int = 0  # prefill forwards that were not the plan's next piece
+    blocks: int = 0  # blocks of relocated rows spliced into the prompt (scr; 0 for other policies)
     schema: int = SCHEMA_VERSION
 
     def __post_init__(self):

@@ -23,6 +23,7 @@ SPEC_ENV = "CACHE_POLICY_SPEC"
 _IMPLEMENTATIONS: dict[str, str] = {
     "radix": "policy.radix:RadixPolicy",
     "exact": "exact_cache.policy:ExactPolicy",
+    "scr": "scr.policy:ScrPolicy",
 }
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -112,8 +113,11 @@ def resolve_config(name: str, settings: Mapping[str, str]) -> Any:
             listed = ", ".join(valid) if valid else "(none)"
             raise PolicyError(f"cache policy {name!r} has no setting {key!r}; valid settings: {listed}")
         values[key] = parse_value(key, raw, hints[key])
+    # A config class may add its own layer under the command line (SCR honours the authors'
+    # ``KVREUSE_*`` environment): ``from_settings(values)`` builds it from the parsed settings.
+    build = getattr(cls, "from_settings", None) or (lambda parsed: cls(**parsed))
     try:
-        return cls(**values)
+        return build(values)
     except (TypeError, ValueError) as exc:
         raise PolicyError(f"cache policy {name!r}: {exc}") from None
 

@@ -70,6 +70,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Mapping
@@ -113,6 +114,11 @@ class ScrConfig:
     ssm: bool = True  # keep the recurrent-state shadow; off declines fork/strict on hybrids (§9)
     timing: bool = False  # optional profiling lines
     timing_every: int = 50  # intercepts per profiling line
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any]) -> "ScrConfig":
+        """The launcher's entry (``policy.registry``): defaults < ``KVREUSE_*`` < ``--cache-policy-set``."""
+        return resolve(os.environ, settings)
 
     def __post_init__(self):
         for f in dataclasses.fields(self):

@@ -82,3 +82,36 @@ def test_one_rotation_beats_chained_rotations(layer):
 def test_rotary_wider_than_head_is_rejected():
     with pytest.raises(ValueError, match="rotary_dim 8 exceeds head_dim 4"):
         rerotate_keys(torch.zeros(1, 1, 4), torch.tensor([1]), torch.ones(4))
+
+
+def _cos_sin_cache(inv_freq: torch.Tensor, max_pos: int) -> torch.Tensor:
+    """SGLang's layout (``RotaryEmbedding._compute_cos_sin_cache``): cos ‖ sin of pos·θ, fp32."""
+    freqs = torch.arange(max_pos, dtype=torch.float32)[:, None] * inv_freq.to(torch.float32)[None, :]
+    return torch.cat([freqs.cos(), freqs.sin()], dim=-1)
+
+
+@pytest.mark.parametrize("delta", [1, 500, -63, -3000], ids=lambda d: f"delta{d:+d}")
+def test_rerotation_from_the_cos_sin_table_equals_the_fresh_key(layer, delta):
+    """The server's variant (the model's own cos/sin table, sum identities in fp32) meets the same
+    1e-4 bound as the fp64-angle variant."""
+    from patches.rope import rerotate_keys_from_cache
+
+    text, attn = layer
+    hidden = torch.randn(12, text.config.hidden_size, generator=torch.Generator().manual_seed(9))
+    old = torch.arange(3000, 3012)
+    table = _cos_sin_cache(text.rotary_emb.inv_freq, 8192)
+    moved = rerotate_keys_from_cache(keys_at(text, attn, hidden, old), old, old + delta, table)
+    fresh = keys_at(text, attn, hidden, old + delta)
+    assert (moved - fresh).abs().max().item() < TOLERANCE
+    assert torch.equal(moved[..., 8:], fresh[..., 8:])
+
+
+def test_rerotation_from_the_table_leaves_unmoved_rows_bit_identical(layer):
+    from patches.rope import rerotate_keys_from_cache
+
+    text, attn = layer
+    keys = keys_at(text, attn, torch.randn(3, text.config.hidden_size), torch.tensor([5, 6, 7]))
+    table = _cos_sin_cache(text.rotary_emb.inv_freq, 64)
+    moved = rerotate_keys_from_cache(keys, torch.tensor([5, 6, 7]), torch.tensor([5, 9, 7]), table)
+    assert torch.equal(moved[0], keys[0]) and torch.equal(moved[2], keys[2])
+    assert not torch.equal(moved[1], keys[1])

@@ -50,18 +50,19 @@ EVENT_DICT = {
     "finished_ts": 101.5,
     "snapshots": [],
     "forwards_off_plan": 0,
+    "blocks": 0,
     "schema": 1,
 }
 
 EVENT_LINE = (
-    '{"cache_salt": null, "decode_tokens": 3, "finish_reason": "stop", "finished_ts": 101.5, '
+    '{"blocks": 0, "cache_salt": null, "decode_tokens": 3, "finish_reason": "stop", "finished_ts": 101.5, '
     '"forwards_off_plan": 0, "moved": 0, "plan_resume": 4, "policy": "radix", "prefix_reused": 4, '
     '"prompt_tokens": 10, "queued_ts": 100.0, "read": 6, "rid": "r1", "schema": 1, "snapshots": []}'
 )
 
 # A line written before ``snapshots`` and ``forwards_off_plan`` existed (same schema): still readable.
 OLD_EVENT_LINE = (
-    '{"cache_salt": null, "decode_tokens": 3, "finish_reason": "stop", "finished_ts": 101.5, '
+    '{"blocks": 0, "cache_salt": null, "decode_tokens": 3, "finish_reason": "stop", "finished_ts": 101.5, '
     '"moved": 0, "plan_resume": 4, "policy": "radix", "prefix_reused": 4, "prompt_tokens": 10, '
     '"queued_ts": 100.0, "read": 6, "rid": "r1", "schema": 1}'
 )

@@ -163,12 +163,12 @@ USAGE_ERROR = "python -m patches.launch_server: error: "
     [
         pytest.param(
             ["--cache-policy", "nope"],
-            "argument --cache-policy: invalid choice: 'nope' (choose from 'exact', 'radix')",
+            "argument --cache-policy: invalid choice: 'nope' (choose from 'exact', 'radix', 'scr')",
             id="unknown-policy",
         ),
         pytest.param(
             ["--model-path", "m", "--cache-policy=nope", "--port", "3"],
-            "argument --cache-policy: invalid choice: 'nope' (choose from 'exact', 'radix')",
+            "argument --cache-policy: invalid choice: 'nope' (choose from 'exact', 'radix', 'scr')",
             id="unknown-policy-equals-form",
         ),
         pytest.param(

@@ -27,7 +27,7 @@ def test_names_contains_radix():
 
 
 def test_names_exact():
-    assert registry.names() == ("exact", "radix")
+    assert registry.names() == ("exact", "radix", "scr")
 
 
 @pytest.mark.parametrize(
@@ -80,7 +80,7 @@ def test_resolve_exact_rejects_with_policy_name():
 
 
 def test_fake_lookup_by_naming_convention(fake_policy):
-    assert registry.names() == tuple(sorted(["exact", "radix", FAKE]))
+    assert registry.names() == tuple(sorted(["exact", "radix", "scr", FAKE]))
     assert registry.policy_class(fake_policy) is FakePolicy
     assert registry.config_class(fake_policy) is FakeConfig
     assert registry.setting_names(fake_policy) == ("piece_tokens", "ratio", "enabled", "mode", "label")
@@ -99,13 +99,13 @@ def test_fake_lookup_by_naming_convention(fake_policy):
 def test_unknown_policy_lists_valid_names(lookup):
     with pytest.raises(PolicyError) as info:
         lookup("nope")
-    assert str(info.value) == "unknown cache policy 'nope'; valid policies: exact, radix"
+    assert str(info.value) == "unknown cache policy 'nope'; valid policies: exact, radix, scr"
 
 
 def test_unknown_policy_lists_registered_names(fake_policy):
     with pytest.raises(PolicyError) as info:
         registry.policy_class("nope")
-    assert str(info.value) == f"unknown cache policy 'nope'; valid policies: exact, radix, {FAKE}"
+    assert str(info.value) == f"unknown cache policy 'nope'; valid policies: exact, radix, scr, {FAKE}"
 
 
 def test_register_rejects_path_without_colon():
@@ -329,4 +329,4 @@ def test_spec_resolve_rejects_bad_setting(fake_policy):
 def test_fake_policy_registration_did_not_leak():
     """Last in the file, after the fixture has registered and removed the test-only policy."""
     assert FAKE not in registry._IMPLEMENTATIONS
-    assert registry.names() == ("exact", "radix")
+    assert registry.names() == ("exact", "radix", "scr")

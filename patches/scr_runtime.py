@@ -1,0 +1,537 @@
+"""SCR inside a scheduler process: the hooks that run ``ScrPolicy``'s decisions on SGLang 0.5.16.
+
+The decisions are pure (``scr/``); this module moves tensors and SGLang request fields. Hook map
+(``scr_spec.md`` §3.2; H numbers are the spec's):
+
+| SGLang call                                              | kind   | method            | spec    |
+|----------------------------------------------------------|--------|-------------------|---------|
+| ``Scheduler._add_request_to_queue``                      | BEFORE | ``on_enqueue``    | H7, §4  |
+| ``Req.init_next_round_input``                            | AROUND | ``init_round``    | H10, §7 |
+| ``PrefillAdder.add_one_req``                             | AROUND | ``add_one_req``   | H8      |
+| ``PrefillAdder.add_chunked_req``                         | AROUND | ``add_chunked_req``| H9     |
+| ``SchedulerBatchResultProcessor.process_batch_result_prefill`` | AFTER | ``after_prefill`` | H4, §9.2 |
+| ``mem_cache.common.release_kv_cache``                    | BEFORE | ``on_release``    | H2, §5.2 |
+| ``Scheduler.on_idle``                                    | BEFORE | ``on_idle``       | (checks) |
+
+A relocation, for block i with rows at new positions ``[stop_i, stop_i + rows_i)``::
+
+    prompt |0 .. radix_n0|radix_n0 .. stop_1|rows_1 (moved)|kext + text .. stop_2|rows_2| .. tail|
+            from the tree  phase 1 (chunked)  splice 1       phase 1 again        splice 2  read
+
+Phase 1 runs as SGLang's chunked request with the token array cut at the stop, so no token is
+sampled there; the splice happens on the chunked-request pass that finds the prefix exactly at
+the stop. Where this port differs from the authors' code, and why:
+
+* relocated rows never enter the shared radix tree (the authors' README design; their code
+  inserts the request, spliced rows included, when it is cached): after the first splice the
+  request is marked ``skip_radix_cache_insert``, so the tree keeps what phase 1 read exactly
+  (``[0, stop_1)``) and SGLang frees the request's own rows, relocated ones included, at release;
+* the state restore at block 1 is a direct copy at the splice (the request's state slot exists,
+  the deferred copy-on-write was consumed by phase 1); the same-round "direct splice" (a radix
+  match ending exactly at the stop) is served plainly instead, because SGLang's deferred
+  copy-on-write would overwrite a restored state (spec §9.6);
+* a request re-queued by preemption is not admitted to its session a second time.
+
+Per-request state lives in one dict keyed by rid, released in ``on_release`` (``on_idle`` drops
+what the idle scheduler no longer has, logged).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import torch
+
+from patches.events import EventWriter
+from patches.executor import finish_type
+from patches.rope import rerotate_keys_from_cache
+from patches.scr_store import SideBuffer, StateShadow
+from policy.events import RequestEvent
+from scr import log_lines
+from scr.cursor import Splice, SpliceCursor
+from scr.gates import Gate, ssm_ready
+from scr.intercept import Intercept
+from scr.policy import ScrPolicy
+
+logger = logging.getLogger(__name__)
+
+FORCED = "_scr_forced_chunk"  # set on a PrefillAdder whose round belongs to a phase-1 request
+STALE_LOG = "scr: dropped state of %d request(s) the idle scheduler no longer has: %s"
+
+
+@dataclass
+class _Request:
+    rid: str
+    sid: str | None
+    outcome: Intercept
+    queued_ts: float
+    cursor: SpliceCursor | None = None  # a plan waiting for its decision or being executed
+    gate: Gate | None = None
+    phase1: bool = False  # reading up to ``cursor.stop`` as the chunked request
+    radix_n0: int = 0
+    moved: int = 0  # rows relocated into the prefix
+    blocks: int = 0  # blocks spliced
+    state_saved: bool = False  # a prefill-end state snapshot was taken for this request
+    outside_tree: bool = False  # spliced: keep the request out of the radix tree
+
+
+class ScrRuntime:
+    """Owns the side buffer, the state shadow and per-request plan state of one scheduler."""
+
+    def __init__(self, policy: ScrPolicy, scheduler, events: EventWriter | None, leader: bool):
+        self.policy, self.config = policy, policy.config
+        self.scheduler = scheduler
+        self.events = events
+        self.leader = leader
+        self.allocator = scheduler.token_to_kv_pool_allocator
+        self.req_to_token = scheduler.req_to_token_pool.req_to_token
+        kv_pool = self.allocator.get_kvcache()
+        mapping = getattr(kv_pool, "full_attention_layer_id_mapping", None)
+        self.layers = sorted(mapping) if mapping else list(range(kv_pool.start_layer, kv_pool.end_layer))
+        self.pool_kv = [kv_pool.get_kv_buffer(layer) for layer in self.layers]
+        self.side = SideBuffer(self.pool_kv, self.config.side_sessions, self.config.side_tokens)
+        mamba_pool = getattr(scheduler.req_to_token_pool, "mamba_pool", None)
+        self.state = mamba_pool.mamba_cache if mamba_pool is not None else None
+        self.shadow = (StateShadow(self.state.conv, self.state.temporal, self.config.side_sessions)
+                       if self.state is not None and self.config.ssm else None)
+        self.rotary = find_rotary(scheduler.tp_worker.model_runner.model)
+        self.tokenizer = getattr(scheduler, "tokenizer", None)
+        self._reqs: dict[str, _Request] = {}
+        self.spliced_blocks = 0
+        self.spliced_tokens = 0
+        self.aborts = 0
+        self.stolen = 0
+        self._log(log_lines.side_buffer_line(self.side.sessions, self.side.tokens, self.side.bytes_per_token))
+        if self.shadow is not None:
+            gib = (sum(c.numel() * c.element_size() for c in self.shadow.conv)
+                   + self.shadow.temporal.numel() * self.shadow.temporal.element_size()) / 2**30
+            self._log(log_lines.format_line("ssm_shadow", sessions=self.config.side_sessions, gib=gib))
+        self._log(log_lines.format_line(
+            "init", full_attn_layers=len(self.layers), rotary=self.rotary is not None, layers=self.layers[:8],
+            pool_slots=int(self.allocator.size), snapshot_budget=self.config.side_sessions * self.config.side_tokens,
+            evict_floor=int(self.allocator.size * self.config.evict_floor_frac),
+        ))
+
+    # ------------------------------------------------------------------ logging
+
+    def _log(self, line: str, debug: bool = False) -> None:
+        if not self.leader or (debug and not self.config.debug):
+            return
+        logger.info(line)
+
+    def _trace(self, ev: str, **fields) -> None:
+        if self.config.trace:
+            self._log(log_lines.format_line("trace", ev=ev, fields=fields))
+
+    # ------------------------------------------------------------------ H7: admission to a session
+
+    def on_enqueue(self, scheduler, req, is_retracted: bool = False, *args, **kwargs) -> None:
+        if is_retracted or req.rid in self._reqs:
+            return
+        tokens = tuple(req.origin_input_ids)
+        outcome = self.policy.admit(tokens, req.extra_key)
+        state = _Request(rid=req.rid, sid=outcome.sid, outcome=outcome, queued_ts=time.time())
+        self._reqs[req.rid] = state
+        admission = outcome.admission
+        if admission is None:
+            return
+        session = admission.session
+        self._trace_request(req, outcome, tokens)
+        for dropped in admission.evicted:
+            self._trace_dropped(dropped)
+        if outcome.kind == "passthrough":
+            self._log(log_lines.format_line("passthrough", sid=session.sid, kept=outcome.kept,
+                                            deleted=outcome.deleted, inserted=outcome.inserted), debug=True)
+        if outcome.kind != "plan":
+            return
+        cfg = outcome.config
+        state.gate = ssm_ready(
+            mode=cfg.ssm_mode, rows=outcome.kept, has_mamba=self.state is not None,
+            shadow_ready=self.shadow is not None,
+            has_snapshot=session.side_slot is not None and session.side_slot < cfg.side_sessions,
+            ssm_tokens=session.ssm_tokens,
+        )
+        state.cursor = SpliceCursor(outcome.blocks, outcome.lead_new_end, cfg.splice_retry, state.gate.restore)
+        if len(outcome.blocks) > 1:
+            self._log(log_lines.format_line(
+                "multiblock_plan", rid=req.rid, num_blocks=len(outcome.blocks),
+                stops=[b.new_start for b in outcome.blocks], reloc=[b.num_rows for b in outcome.blocks],
+                kext=cfg.min_extend, maxb=cfg.max_blocks, cands=len(outcome.blocks), live=len(tokens),
+            ), debug=True)
+
+    def _trace_request(self, req, outcome: Intercept, tokens) -> None:
+        admission = outcome.admission
+        text = ""
+        if self.tokenizer is not None:
+            try:
+                text = self.tokenizer.decode(list(tokens[:48]))
+            except Exception:  # noqa: BLE001 - the tag is cosmetic
+                text = ""
+        self._trace_line(log_lines.format_line(
+            "trace_req", rid=req.rid, sid=admission.session.sid, slot=admission.session.side_slot,
+            n_new=len(tokens), n_old=outcome.n_old, nsess=admission.num_sessions, tag=log_lines.trace_tag(text),
+        ))
+
+    def _trace_line(self, line: str) -> None:
+        if self.config.trace:
+            self._log(line)
+
+    def _trace_dropped(self, dropped) -> None:
+        self._trace("drop_private", sid=dropped.sid, slot=dropped.side_slot, n_side=dropped.n_side)
+        if dropped.side_slot is not None:
+            self._trace("side_rel", slot=dropped.side_slot, sid=dropped.sid)
+
+    # ------------------------------------------------------------------ H10: decide, phase 1, splice
+
+    def init_round(self, original, req, tree_cache=None, cow_mamba=None, *args, **kwargs):
+        state = self._reqs.get(req.rid)
+        if state is not None and state.outside_tree and tree_cache is None:
+            self._advance_prefix(req)
+        result = original(req, tree_cache, cow_mamba, *args, **kwargs)
+        if state is None or state.cursor is None:
+            return result
+        if not state.phase1:
+            if tree_cache is not None:
+                self._decide(req, state)
+            return result
+        self._continue_phase1(req, state, via="waiting queue" if tree_cache is not None else "chunked path")
+        return result
+
+    def _advance_prefix(self, req) -> None:
+        """SGLang's stash skips a request marked ``skip_radix_cache_insert`` and so leaves its
+        prefix at the previous chunk's start (sglang_internals §6.4): move it to the chunk's end."""
+        end = req.extend_range.end
+        if req.req_pool_idx is not None and end > len(req.prefix_indices):
+            req.prefix_indices = self.req_to_token[req.req_pool_idx, :end].to(torch.int64)
+
+    def _decide(self, req, state: _Request) -> None:
+        """§7.2 at a waiting-queue pass, after SGLang's own prefix match."""
+        radix_n0 = len(req.prefix_indices)
+        chunked = self.scheduler.chunked_req
+        decision = state.cursor.decide(radix_n0, chunked is not None and chunked is not req, state.gate.allow)
+        if decision.action == "retry":
+            self._log(log_lines.format_line("deferred_retry", rid=req.rid, attempt=state.cursor.retries,
+                                            max_attempts=state.cursor.splice_retry))
+            return
+        if decision.action in ("drop", "gated"):
+            reason = decision.reason or f"ssm gate: {state.gate.reason}"
+            self._log(f"[kvreuse] kv6 rid={req.rid} plan not run ({decision.action}: {reason})", debug=True)
+            state.cursor = None
+            return
+        if decision.action == "direct_splice":
+            self._log(f"[kvreuse] kv6 rid={req.rid} plan not run (radix match ends at the stop {radix_n0}: "
+                      "same-round splice not supported)", debug=True)
+            state.cursor = None
+            return
+        state.phase1, state.radix_n0 = True, radix_n0
+        stop = state.cursor.stop
+        self._cut(req, stop)
+        block = state.cursor.blocks[0]
+        cfg = state.outcome.config
+        self._log(log_lines.format_line(
+            "phase1", rid=req.rid, radix_n0=radix_n0, chunk1=stop - radix_n0, n_c=block.n_c,
+            total=len(req.origin_input_ids), ssm_restore=state.gate.restore, ssm_mode=cfg.ssm_mode,
+            ssm_na=self.state is None, ssm_obj=self.shadow is not None,
+        ))
+
+    @staticmethod
+    def _cut(req, end: int) -> None:
+        """Make the request end at ``end`` for this round (SGLang rebuilds the full array at the next)."""
+        req.full_untruncated_fill_ids = req.full_untruncated_fill_ids[:end]
+        req.set_extend_range(len(req.prefix_indices), end)
+
+    def _continue_phase1(self, req, state: _Request, via: str) -> None:
+        """§7.4: the request's prefix grew; read on, splice at the stop, or give up past it."""
+        prefix = len(req.prefix_indices)
+        step = state.cursor.at_prefix(prefix)
+        if step == "read":
+            self._cut(req, state.cursor.stop)
+            self._log(f"[kvreuse] kv6 rid={req.rid} phase1 re-entry ({via}): prefix={prefix} "
+                      f"stop={state.cursor.stop}", debug=True)
+            return
+        if step == "abort" or via == "waiting queue":
+            self._abort(req, state, f"re-entered with prefix {prefix} beyond |A|+|B'| {state.cursor.stop}"
+                        if step == "abort" else f"prefix {prefix} reached the stop on the waiting queue")
+            return
+        self._splice(req, state, step)
+
+    def _abort(self, req, state: _Request, reason: str, restore_lengths: bool = False) -> None:
+        """§10.2. The fallback state rule keeps the request's own state: block 1's restore is only
+        armed at its splice, and later blocks carry none."""
+        if restore_lengths:
+            req.full_untruncated_fill_ids = req.origin_input_ids + req.output_ids
+            req.set_extend_range(len(req.prefix_indices), len(req.full_untruncated_fill_ids))
+        state.cursor, state.phase1 = None, False
+        self.aborts += 1
+        self._log(log_lines.format_line("phase1_aborted", reason=reason, aborts=self.aborts))
+
+    def _splice(self, req, state: _Request, splice: Splice) -> None:
+        """§7.5: relocate one block's rows to the end of the prefix, then arm the next block."""
+        block, prefix = splice.block, len(req.prefix_indices)
+        n = block.num_rows
+        full_len = len(req.full_untruncated_fill_ids)
+        session = self.policy.sessions.get(state.sid)
+        slot = session.side_slot if session is not None else None
+        if n <= 0 or slot is None or self.rotary is None or full_len - prefix - n < 1:
+            self._give_up(req, state, f"nothing to splice (rows={n} slot={slot} left={full_len - prefix - n})")
+            return
+        slots = self._alloc(n)
+        if slots is None:
+            self._log(log_lines.format_line("alloc_failed", n=n))
+            self._give_up(req, state, "allocation failed")
+            return
+        cfg = state.outcome.config
+        stored = session.side_ids[block.old_start:block.old_start + n]
+        wanted = tuple(req.origin_input_ids[prefix:prefix + n])
+        owner = self.policy.sessions.owner(slot)
+        if cfg.t6_guard and (owner != state.sid or tuple(stored) != wanted):
+            self.stolen += 1
+            self._log(log_lines.format_line(
+                "slot_stolen", rid=req.rid, slot=slot, owner=owner, sess=state.sid, row_start=block.old_start,
+                row_end=block.old_start + n, ids_match=tuple(stored) == wanted, stolen=self.stolen))
+            self.allocator.free(slots)
+            self._give_up(req, state, "side slot guard")
+            return
+        try:
+            self._place_rows(slot, block.old_start, prefix, slots, rerotate=not cfg.no_rerotate)
+        except Exception as exc:  # noqa: BLE001 - free the slots, serve the request plainly
+            logger.error("[kvreuse] v6 splice failed (%s); freeing %d slots", exc, n)
+            self.allocator.free(slots)
+            self._give_up(req, state, "splice failed")
+            return
+        req.prefix_indices = torch.cat([req.prefix_indices.to(torch.int64), slots.to(torch.int64)])
+        # SGLang counts the spliced rows again in prepare_for_extend: the authors' double count.
+        req.cached_tokens += n
+        req.skip_radix_cache_insert = True
+        state.outside_tree = True
+        state.moved += n
+        state.blocks += 1
+        self.spliced_blocks += 1
+        self.spliced_tokens += n
+        if splice.arm_restore:
+            self._restore_state(req, state, slot)
+        left = full_len - prefix - n
+        self._log(log_lines.format_line(
+            "phase2", rid=req.rid, prefilled_chunk1=block.new_start - state.radix_n0 if splice.index == 1 else 0,
+            reused_tail=n, extend2=left, total=full_len, rot_delta=prefix - block.old_start))
+        self._log(log_lines.format_line(
+            "splice_ok", rid=req.rid, sid=state.sid, slot=slot, stop=prefix, relocated=n, extend=left,
+            live=full_len, spliced=self.spliced_blocks, spliced_tokens=self.spliced_tokens, block=splice.index,
+            num_blocks=len(state.cursor.blocks)))
+        self._next_block(req, state, prefix + n)
+
+    def _next_block(self, req, state: _Request, prefix: int) -> None:
+        cursor = state.cursor
+        remaining = len(cursor.blocks) - cursor.index - 1
+        following = cursor.spliced_block()
+        if following is not None:
+            block = cursor.blocks[cursor.index]
+            self._cut(req, following)
+            self._log(log_lines.format_line(
+                "multiblock_next", rid=req.rid, block=cursor.index + 1, num_blocks=len(cursor.blocks),
+                start=prefix, end=following, rows=block.num_rows))
+            return
+        if remaining > 0:
+            block = cursor.blocks[cursor.index + 1]
+            self._log(log_lines.format_line(
+                "multiblock_drop", rid=req.rid, block=cursor.index + 2, num_blocks=len(cursor.blocks),
+                stop=block.new_start, prefix=prefix, abandoned=remaining))
+        state.cursor, state.phase1 = None, False
+
+    def _give_up(self, req, state: _Request, reason: str) -> None:
+        """A block could not be spliced: read the rest of the prompt normally (§7.5 steps 1-5)."""
+        self._log(f"[kvreuse] kv6 rid={req.rid} block {state.cursor.index + 1} not spliced ({reason}) "
+                  "-> normal prefill of the tail", debug=True)
+        state.cursor, state.phase1 = None, False
+
+    def _alloc(self, n: int):
+        """Fresh KV slots, with the authors' evict-then-retry once (§10.3)."""
+        slots = self.allocator.alloc(n)
+        if slots is not None or not self.config.evict_on_alloc_fail:
+            return slots
+        tree = self.scheduler.tree_cache
+        avail = self.allocator.available_size()
+        evictable = tree.full_evictable_size() if hasattr(tree, "full_evictable_size") else tree.evictable_size()
+        floor = int(self.allocator.size * self.config.evict_floor_frac)
+        if evictable + avail < n + floor:
+            self._log(log_lines.format_line("evict_declined", avail=avail, evictable=evictable, need=n, floor=floor))
+            return None
+        from sglang.srt.mem_cache.base_prefix_cache import EvictParams
+
+        wanted = n - avail + self.config.evict_margin
+        tree.evict(EvictParams(num_tokens=wanted))
+        slots = self.allocator.alloc(n)
+        self._log(log_lines.format_line("evict_retry", requested=wanted,
+                                        evicted=self.allocator.available_size() - avail,
+                                        retry="OK" if slots is not None else "FAIL", ok=int(slots is not None), total=1))
+        return slots
+
+    def _place_rows(self, slot: int, old_start: int, new_start: int, dst: torch.Tensor, rerotate: bool) -> None:
+        """§5.3 + §8.3: side rows -> fresh pool slots; keys re-rotated from old to new positions."""
+        n = dst.numel()
+        device = dst.device
+        rows = torch.arange(old_start, old_start + n, device=device)
+        self.side.load(slot, rows, self.pool_kv, dst)
+        if not rerotate or old_start == new_start:
+            return
+        new = torch.arange(new_start, new_start + n, device=device)
+        table = self.rotary.cos_sin_cache
+        for keys, _values in self.pool_kv:
+            keys[dst] = rerotate_keys_from_cache(keys[dst], rows, new, table)
+
+    # ------------------------------------------------------------------ H8, H9: keep phase 1 chunked
+
+    def add_one_req(self, original, adder, req, *args, **kwargs):
+        from sglang.srt.managers.schedule_policy import AddReqResult
+
+        if getattr(adder, FORCED, False):
+            return AddReqResult.OTHER  # a phase-1 request owns this round
+        state = self._reqs.get(req.rid)
+        in_phase1 = state is not None and state.cursor is not None and state.phase1
+        has_chunked = kwargs.get("has_chunked_req", args[0] if args else False)
+        if in_phase1 and (has_chunked or adder.new_chunked_req is not None):
+            self._abort(req, state, "another request is already chunked", restore_lengths=True)
+            in_phase1 = False
+        result = original(adder, req, *args, **kwargs)
+        if in_phase1 and adder.can_run_list and adder.can_run_list[-1] is req:
+            if req.extend_range.end > state.cursor.stop:
+                self._abort(req, state, f"admitted extend ends at {req.extend_range.end} > |A|+|B'| {state.cursor.stop}")
+            elif adder.new_chunked_req is None or adder.new_chunked_req is req:
+                adder.new_chunked_req = req  # a middle chunk: nothing is sampled at the stop
+                setattr(adder, FORCED, True)
+            else:
+                self._abort(req, state, "another request became the chunked request")
+        return result
+
+    def add_chunked_req(self, original, adder, req):
+        state = self._reqs.get(req.rid)
+        if state is None or state.cursor is None or not state.phase1 or len(req.prefix_indices) >= state.cursor.stop:
+            return original(adder, req)
+        original(adder, req)
+        setattr(adder, FORCED, True)
+        return req  # stays the chunked request even when the cut array was read to its end
+
+    # ------------------------------------------------------------------ H4: state snapshot at prefill end
+
+    def after_prefill(self, result, processor, batch, *args, **kwargs):
+        if self.shadow is None or self.config.ssm_snap != "prefill_end":
+            return result
+        for req in batch.reqs:
+            state = self._reqs.get(req.rid)
+            if state is None or state.sid is None or state.cursor is not None or req.finished():
+                continue
+            if req.mamba_pool_idx is None:
+                continue
+            self._save_state(req, state, req.extend_range.end)
+        return result
+
+    def _save_state(self, req, state: _Request, n_tokens: int) -> None:
+        """§9.2: the request's recurrent state -> the shadow row of its session's side slot."""
+        sessions = self.policy.sessions
+        sessions.set_state_tokens(state.sid, -1)
+        session = sessions.get(state.sid)
+        had_slot = session.side_slot is not None
+        slot = sessions.acquire_slot(state.sid)
+        if slot is None:
+            return
+        if not had_slot:
+            self._trace("side_acq", slot=slot, sid=state.sid, free=len(sessions.free_slots))
+        index = int(req.mamba_pool_idx)
+        self.shadow.save(slot, self.state.conv, self.state.temporal, index)
+        sessions.set_state_tokens(state.sid, n_tokens)
+        state.state_saved = True
+        self._trace("ssm_save", rid=req.rid, sid=state.sid, slot=slot, midx=index, n=n_tokens)
+
+    def _restore_state(self, req, state: _Request, slot: int) -> None:
+        """§9.4 (fork): overwrite the request's state with the previous prompt's saved state."""
+        if self.shadow is None or req.mamba_pool_idx is None:
+            return
+        # Nothing staged may overwrite the restored state at the next forward (spec §9.6).
+        req.mamba_cow_src_index = None
+        req.mamba_needs_clear = False
+        index = int(req.mamba_pool_idx)
+        before = float(self.state.temporal[:, index].abs().sum())
+        self.shadow.restore(slot, self.state.conv, self.state.temporal, index)
+        after = float(self.state.temporal[:, index].abs().sum())
+        shadow = float(self.shadow.temporal[:, slot].abs().sum())
+        self._trace("ssm_restore", rid=req.rid, slot=slot, midx=index, sid=state.sid,
+                    before=round(before, 3), shadow=round(shadow, 3), after=round(after, 3))
+
+    # ------------------------------------------------------------------ H2: side store, events
+
+    def on_release(self, req, tree_cache=None, *args, **kwargs) -> None:
+        state = self._reqs.pop(req.rid, None)
+        if state is None:
+            return
+        if state.sid is not None:
+            self._store(req, state)
+        if req.finished():
+            self._write_event(req, state)
+
+    def _store(self, req, state: _Request) -> None:
+        """§5.2: copy the rows that changed into the session's side slot (or drop the session)."""
+        sessions = self.policy.sessions
+        if req.req_pool_idx is None:
+            sessions.finish(state.sid, (), store=False)
+            return
+        kv_len = req.effective_kv_committed_len()
+        committed = (list(req.origin_input_ids) + list(req.output_ids))[:kv_len]
+        had_slot = sessions.get(state.sid).side_slot is not None
+        store = sessions.finish(state.sid, committed, store=True)
+        if store.slot is not None:
+            if not had_slot:
+                self._trace("side_acq", slot=store.slot, sid=state.sid, free=len(sessions.free_slots))
+            if store.end > store.keep:
+                src = self.req_to_token[req.req_pool_idx, :kv_len].to(torch.int64)
+                self.side.store(store.slot, self.pool_kv, src, store.keep, store.end)
+            self._trace("snap", sid=state.sid, slot=store.slot, keep=store.keep, n=store.end, prev=store.prev)
+        if store.dropped is not None:
+            self._log(f"[kvreuse] {state.sid} side store skipped ({store.reason})", debug=True)
+            self._trace_dropped(store.dropped)
+        cfg = state.outcome.config
+        if (cfg.ssm_snap == "release" and cfg.ssm_mode != "strict" and self.shadow is not None
+                and store.slot is not None and req.mamba_pool_idx is not None):
+            self._save_state(req, state, kv_len)
+        elif not state.state_saved:
+            # Finished on its first token (or never read its prompt through): an older state
+            # must not pair with this turn's K/V.
+            sessions.set_state_tokens(state.sid, -1)
+            self._log(log_lines.format_line("ssm_dropped", rid=req.rid, sid=state.sid))
+
+    def _write_event(self, req, state: _Request) -> None:
+        if self.events is None:
+            return
+        prompt = len(req.origin_input_ids)
+        # cached_tokens counts relocated rows twice (once here, once in prepare_for_extend).
+        reused = max(0, min(req.cached_tokens - 2 * state.moved, prompt - state.moved))
+        self.events.write(RequestEvent(
+            rid=req.rid, policy=self.policy.name, prompt_tokens=prompt, prefix_reused=reused,
+            moved=state.moved, read=prompt - reused - state.moved, decode_tokens=len(req.output_ids),
+            cache_salt=req.extra_key, plan_resume=None, finish_reason=finish_type(req.finished_reason),
+            queued_ts=state.queued_ts, finished_ts=time.time(), blocks=state.blocks,
+        ))
+
+    # ------------------------------------------------------------------ idle
+
+    def on_idle(self, scheduler, *args, **kwargs) -> None:
+        if not scheduler.is_fully_idle():
+            return
+        if self._reqs:
+            # Requests aborted before admission never reach release_kv_cache.
+            logger.error(STALE_LOG, len(self._reqs), sorted(self._reqs)[:5])
+            for state in self._reqs.values():
+                if state.sid is not None:
+                    self.policy.sessions.finish(state.sid, (), store=False)
+            self._reqs.clear()
+        self.policy.check()
+
+
+def find_rotary(model):
+    """The first rotary embedding with a cos/sin table (§3.3: the model's attention layers')."""
+    for module in model.modules():
+        if hasattr(module, "cos_sin_cache") and hasattr(module, "rotary_dim"):
+            return module
+    return None
+
