@@ -8,10 +8,18 @@ Requests are grouped into conversations (``conversation_of``) to classify them:
   conversation's previous prompt: something before its end changed;
 * ``append``: otherwise (the previous prompt is reused up to the slack).
 
+PFLOPs per request (``flops.py``): ``pflops`` = 2·N_body·(F + D)/1e15 (the paper's count),
+``pflops_naive`` = 2·N_body·(P + D)/1e15 (no cache), ``pflops_attn_approx`` = ``pflops`` + the
+attention term (393,216 FLOPs per query-key pair for Qwen3.6-27B; an upper bound under scr).
+
 Checks (a failure makes a run unreportable; ``eval.report`` exits 2):
 I1 per request R, M, F >= 0 and R + M + F = P; I2 totals: sum(P - R) = sum(M) + sum(F), and
 PFLOPs summed from rows = PFLOPs from the totals (rel. 1e-9); I3 policies without relocation
-(radix, exact) have M = 0 everywhere.
+(radix, exact) have M = 0 everywhere; C1 (``check_client``) every client request is joined to
+exactly one server row and every server row to one client request, with the same prompt and
+decode counts; X1 (``check_against_events``) a log's rows agree with the server's events file.
+The server-log checks (duplicate ``Finish:``, dropped splice lines, blocks <= K) are in
+``server_log.py``.
 """
 
 from __future__ import annotations
@@ -19,8 +27,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from eval.accounting.flops import prefix_reuse_pflops
+from eval.accounting.flops import QWEN36_27B, flops_per_pair, naive_pflops, prefix_reuse_pflops, with_attention_pflops
 
+QWEN36_27B_PAIR_FLOPS = flops_per_pair(QWEN36_27B)  # 393,216
 EDIT_SLACK = 64  # tokens; the issue's rule for "edited"
 NO_RELOCATION = ("radix", "exact")
 
@@ -37,6 +46,29 @@ class Row:
     decode: int
     klass: str
     pflops: float
+    pflops_naive: float = 0.0
+    pflops_attn_approx: float = 0.0
+    blocks: int = 0  # relocated blocks (server log under scr)
+    cached_tokens: int | None = None  # SGLang's Finish-line count (server log); R + 2M under scr
+    session: str = ""  # scr session id (kv6trace ev=req), if logged
+    prev_prompt_tokens: int | None = None  # the conversation's previous prompt (what the class compares to)
+
+
+@dataclass(frozen=True)
+class Served:
+    """One request as a source saw it, before classification (in finishing order)."""
+
+    rid: str
+    policy: str
+    conversation: str
+    prompt_tokens: int
+    prefix_reused: int
+    moved: int
+    read: int
+    decode: int
+    blocks: int = 0
+    cached_tokens: int | None = None
+    session: str = ""
 
 
 def conversation_of(rid: str, cache_salt: str | None) -> str:
@@ -53,20 +85,32 @@ def classify(prefix_reused: int, previous_prompt: int | None) -> str:
     return "edited" if prefix_reused < previous_prompt - EDIT_SLACK else "append"
 
 
-def rows_from_events(events: Iterable, body_params: float) -> list[Row]:
-    """``policy.events.RequestEvent``s (in finishing order) -> classified rows with PFLOPs."""
+def classify_rows(served: Iterable[Served], body_params: float,
+                  pair_flops: int = QWEN36_27B_PAIR_FLOPS) -> list[Row]:
+    """Requests in finishing order -> rows with their class (against the conversation's previous
+    prompt) and PFLOPs."""
     rows, previous = [], {}
-    for event in events:
-        conversation = conversation_of(event.rid, event.cache_salt)
+    for s in served:
+        before = previous.get(s.conversation)
         rows.append(Row(
-            rid=event.rid, policy=event.policy, conversation=conversation,
-            prompt_tokens=event.prompt_tokens, prefix_reused=event.prefix_reused, moved=event.moved,
-            read=event.read, decode=event.decode_tokens,
-            klass=classify(event.prefix_reused, previous.get(conversation)),
-            pflops=prefix_reuse_pflops(event.read, event.decode_tokens, body_params),
+            rid=s.rid, policy=s.policy, conversation=s.conversation, prompt_tokens=s.prompt_tokens,
+            prefix_reused=s.prefix_reused, moved=s.moved, read=s.read, decode=s.decode,
+            klass=classify(s.prefix_reused, before),
+            pflops=prefix_reuse_pflops(s.read, s.decode, body_params),
+            pflops_naive=naive_pflops(s.prompt_tokens, s.decode, body_params),
+            pflops_attn_approx=with_attention_pflops(s.prompt_tokens, s.read, s.decode, body_params, pair_flops),
+            blocks=s.blocks, cached_tokens=s.cached_tokens, session=s.session, prev_prompt_tokens=before,
         ))
-        previous[conversation] = event.prompt_tokens
+        previous[s.conversation] = s.prompt_tokens
     return rows
+
+
+def rows_from_events(events: Iterable, body_params: float, pair_flops: int = QWEN36_27B_PAIR_FLOPS) -> list[Row]:
+    """``policy.events.RequestEvent``s (in finishing order) -> classified rows with PFLOPs."""
+    return classify_rows((Served(
+        rid=e.rid, policy=e.policy, conversation=conversation_of(e.rid, e.cache_salt),
+        prompt_tokens=e.prompt_tokens, prefix_reused=e.prefix_reused, moved=e.moved, read=e.read,
+        decode=e.decode_tokens) for e in events), body_params, pair_flops)
 
 
 def check(rows: Sequence[Row], body_params: float) -> list[str]:
@@ -90,16 +134,72 @@ def check(rows: Sequence[Row], body_params: float) -> list[str]:
     return failures
 
 
+def check_client(rows: Sequence[Row], client: Sequence[dict]) -> list[str]:
+    """C1: the client's requests (``eval.workload``'s ``client.jsonl`` records: rid, usage) and the
+    server's rows are the same requests, one to one, with the same prompt and completion counts.
+    A server row without a client request (warm-up, judge traffic, another client) fails too."""
+    failures = []
+    server = {row.rid: row for row in rows}
+    seen: dict[str, int] = {}
+    for record in client:
+        seen[record["rid"]] = seen.get(record["rid"], 0) + 1
+    for rid, count in seen.items():
+        if count > 1:
+            failures.append(f"C1 {rid}: {count} client requests with this rid")
+    for record in client:
+        rid = record["rid"]
+        row = server.get(rid)
+        if row is None:
+            failures.append(f"C1 {rid}: client request without a server row")
+            continue
+        usage = record.get("usage") or {}
+        for name, value in (("prompt_tokens", row.prompt_tokens), ("completion_tokens", row.decode)):
+            if name in usage and usage[name] != value:
+                failures.append(f"C1 {rid}: client {name} {usage[name]} != server {value}")
+    for row in rows:
+        if row.rid not in seen:
+            failures.append(f"C1 {row.rid}: server row without a client request (foreign request)")
+    return failures
+
+
+def check_against_events(rows: Sequence[Row], events: Iterable) -> list[str]:
+    """X1: a log's rows and the server's own events file (``--cache-events``) agree per rid on
+    P, R, M, F and D; every rid in one is in the other."""
+    failures = []
+    by_rid = {e.rid: e for e in events}
+    for row in rows:
+        event = by_rid.pop(row.rid, None)
+        if event is None:
+            failures.append(f"X1 {row.rid}: in the log but not in the events file")
+            continue
+        log = (row.prompt_tokens, row.prefix_reused, row.moved, row.read, row.decode)
+        ev = (event.prompt_tokens, event.prefix_reused, event.moved, event.read, event.decode_tokens)
+        if log != ev:
+            failures.append(f"X1 {row.rid}: log (P, R, M, F, D) = {log} != events {ev}")
+    for rid in by_rid:
+        failures.append(f"X1 {rid}: in the events file but not in the log")
+    return failures
+
+
 def summary(rows: Sequence[Row]) -> dict:
-    """Totals and shares for a run (all requests and the edited ones)."""
+    """Totals and shares for a run (all requests, the edited ones, each class) and PFLOPs per
+    request and per conversation."""
 
     def block(selected: Sequence[Row]) -> dict:
         prompt = sum(r.prompt_tokens for r in selected)
         totals = {f: sum(getattr(r, f) for r in selected) for f in ("prefix_reused", "moved", "read", "decode")}
         shares = {f"{f}_share": (totals[f] / prompt if prompt else 0.0) for f in ("prefix_reused", "moved", "read")}
-        return {"requests": len(selected), "prompt_tokens": prompt, **totals, **shares,
-                "pflops": sum(r.pflops for r in selected)}
+        flops = {f: sum(getattr(r, f) for r in selected) for f in ("pflops", "pflops_naive", "pflops_attn_approx")}
+        return {"requests": len(selected), "prompt_tokens": prompt, **totals, **shares, **flops,
+                "blocks": sum(r.blocks for r in selected),
+                "requests_with_relocation": sum(1 for r in selected if r.moved > 0)}
 
     classes = {k: sum(1 for r in rows if r.klass == k) for k in ("first", "append", "edited")}
-    return {"all": block(rows), "edited": block([r for r in rows if r.klass == "edited"]), "classes": classes,
-            "conversations": len({r.conversation for r in rows}), "policies": sorted({r.policy for r in rows})}
+    conversations = len({r.conversation for r in rows})
+    total = block(rows)
+    per = {f"{f}_per_{unit}": (total[f] / n if n else 0.0)
+           for f in ("pflops", "pflops_naive", "pflops_attn_approx")
+           for unit, n in (("request", len(rows)), ("conversation", conversations))}
+    return {"all": total, "edited": block([r for r in rows if r.klass == "edited"]), "classes": classes,
+            "by_class": {k: block([r for r in rows if r.klass == k]) for k in classes},
+            "conversations": conversations, "policies": sorted({r.policy for r in rows}), **per}

@@ -1,0 +1,231 @@
+"""Server-log ingestion (``eval/accounting/server_log.py``, ``python -m eval.report ingest --log``) on
+synthetic runs with known ground truth, and one negative test per check."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from eval import report
+from eval.accounting import server_log
+from eval.accounting.flops import QWEN36_27B, n_body
+from tests.unit.synthetic_runs import finish_line, simulate
+
+BODY = n_body(QWEN36_27B)
+POLICIES = ("radix", "exact", "scr")
+
+
+def recovered(rows):
+    return [(r.rid, r.conversation, r.klass, r.prompt_tokens, r.prefix_reused, r.moved, r.read, r.decode, r.blocks)
+            for r in rows]
+
+
+def expected(run):
+    return [(t.rid, t.conversation, t.klass, t.prompt, t.reused, t.moved, t.read, t.decode, len(t.blocks))
+            for t in run.truth]
+
+
+def ingest(tmp_path, run, *, lines=None, client=None, **options):
+    paths = run.write(tmp_path / "in")
+    if lines is not None:
+        paths["log"].write_text("\n".join(lines) + "\n")
+    if client is not None:
+        paths["client"].write_text("".join(json.dumps(record) + "\n" for record in client))
+    return report.ingest(None, tmp_path / "out", log_path=paths["log"], client_path=paths["client"], **options)
+
+
+def test_the_simulation_covers_what_the_checks_need():
+    scr = simulate("scr")
+    assert {t.klass for t in scr.truth} == {"first", "append", "edited"}
+    assert any(len(t.blocks) >= 2 for t in scr.truth) and sum(t.moved for t in scr.truth) > 0
+    assert any(t.reused > 0 for t in scr.truth if t.klass == "first")  # the shared system prompt
+    assert all(t.moved == 0 for policy in ("radix", "exact") for t in simulate(policy).truth)
+    assert [t.reused for t in simulate("radix").truth] != [t.reused for t in simulate("exact").truth]
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_log_rows_recover_the_truth(policy, tmp_path):
+    run = simulate(policy)
+    rows, failures = ingest(tmp_path, run)
+    assert failures == []
+    assert recovered(rows) == expected(run)
+    assert {r.policy for r in rows} == {policy}
+    for row, truth in zip(rows, run.truth):
+        assert row.cached_tokens == (truth.cached if policy == "scr" else truth.reused)
+        assert row.pflops == pytest.approx(2 * BODY * (truth.read + truth.decode) / 1e15, rel=1e-12)
+        assert row.pflops_naive == pytest.approx(2 * BODY * (truth.prompt + truth.decode) / 1e15, rel=1e-12)
+        p, f, d = truth.prompt, truth.read, truth.decode
+        pairs = (p * p - (p - f) ** 2) / 2 + d * p + d * d / 2
+        assert row.pflops_attn_approx == pytest.approx(row.pflops + 393_216 * pairs / 1e15, rel=1e-12)
+        if policy == "scr":
+            assert row.session == f"s{int(truth.conversation.rsplit('c', 1)[1]):06d}"
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_events_rows_recover_the_truth(policy, tmp_path):
+    run = simulate(policy, seed=3)
+    paths = run.write(tmp_path / "in")
+    rows, failures = report.ingest(paths["events"], tmp_path / "out", client_path=paths["client"])
+    assert failures == []
+    assert [row[:-1] for row in recovered(rows)] == [row[:-1] for row in expected(run)]
+
+
+def test_log_checked_against_the_events_file(tmp_path):
+    run = simulate("scr", seed=1)
+    paths = run.write(tmp_path / "in")
+    rows, failures = report.ingest(paths["events"], tmp_path / "out", log_path=paths["log"], client_path=paths["client"])
+    assert failures == [] and recovered(rows) == expected(run)
+    # Read as if the server counted moved rows once: R, F shift by M, and the events disagree.
+    rows, failures = report.ingest(paths["events"], tmp_path / "out", log_path=paths["log"], moved_count_in_cached=1)
+    moved = [t for t in run.truth if t.moved]
+    assert [f.split(":")[0] for f in failures if f.startswith("X1")] == [f"X1 {t.rid}" for t in moved]
+
+
+def test_cli_writes_csv_and_summary(tmp_path):
+    run = simulate("scr")
+    paths = run.write(tmp_path / "in")
+    out = tmp_path / "out"
+    assert report.main(["ingest", "--log", str(paths["log"]), "--client", str(paths["client"]), "--out", str(out)]) == 0
+    with open(out / "requests.csv", newline="") as f:
+        table = list(csv.DictReader(f))
+    for column in ("rid", "prompt_tokens", "prefix_reused", "moved", "read", "decode", "class", "pflops",
+                   "pflops_naive", "pflops_attn_approx", "blocks", "cached_tokens", "session"):
+        assert column in table[0]
+    assert [(r["rid"], int(r["prefix_reused"]), int(r["moved"]), int(r["read"]), r["class"]) for r in table] == [
+        (t.rid, t.reused, t.moved, t.read, t.klass) for t in run.truth]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["checks_failed"] == [] and summary["max_blocks"] == 6
+    assert summary["all"]["moved"] == sum(t.moved for t in run.truth)
+    assert summary["all"]["blocks"] == sum(len(t.blocks) for t in run.truth)
+    assert summary["classes"]["edited"] == sum(1 for t in run.truth if t.klass == "edited")
+    assert summary["pflops_per_conversation"] == pytest.approx(summary["all"]["pflops"] / 4)
+
+
+def test_plain_sglang_log_without_policy_line_is_radix(tmp_path):
+    run = simulate("radix")
+    lines = [line for line in run.log_lines if "cache policy" not in line]
+    rows, failures = ingest(tmp_path, run, lines=lines)
+    assert failures == [] and {r.policy for r in rows} == {"radix"}
+
+
+# ---------------------------------------------------------------------- negative tests: each check fires
+
+
+def splice_indices(run):
+    return [i for i, line in enumerate(run.log_lines) if "v6 splice OK" in line]
+
+
+def test_dropped_splice_line_fires(tmp_path):
+    run = simulate("scr")
+    lines = list(run.log_lines)
+    middle = splice_indices(run)[len(splice_indices(run)) // 2]
+    del lines[middle]
+    _, failures = ingest(tmp_path, run, lines=lines)
+    assert any(f.startswith("L1 line ") and "a splice line is missing" in f for f in failures), failures
+    assert report.main(["ingest", "--log", str(tmp_path / "in" / "server.log"), "--out", str(tmp_path / "o")]) == 2
+
+
+def test_dropped_first_block_of_a_request_fires(tmp_path):
+    run = simulate("scr")
+    multi = next(t for t in run.truth if len(t.blocks) >= 2)
+    lines = [line for line in run.log_lines if not (f"rid={multi.rid} " in line and "blocks=1/" in line)]
+    _, failures = ingest(tmp_path, run, lines=lines)
+    assert any(f.startswith(f"L1 {multi.rid}: splice blocks 2/") for f in failures), failures
+
+
+def test_dropped_last_splice_line_of_the_log_is_caught_by_the_events(tmp_path):
+    run = simulate("scr")
+    lines = list(run.log_lines)
+    last = splice_indices(run)[-1]
+    rid = server_log.parse_line(lines[last])["rid"]
+    del lines[last]
+    paths = run.write(tmp_path / "in")
+    paths["log"].write_text("\n".join(lines) + "\n")
+    _, failures = report.ingest(paths["events"], tmp_path / "out", log_path=paths["log"])
+    assert any(f.startswith(f"X1 {rid}: log") for f in failures), failures
+
+
+def test_duplicated_finish_fires(tmp_path):
+    run = simulate("exact")
+    lines = list(run.log_lines)
+    at = next(i for i, line in enumerate(lines) if "Finish:" in line and "syn.c1.2'" in line)
+    lines.insert(at + 3, lines[at])
+    rows, failures = ingest(tmp_path, run, lines=lines)
+    assert failures == ["L1 syn.c1.2: 2 Finish lines for one rid (rid collision or a repeated line)"]
+    assert recovered(rows) == expected(run)  # the first one is kept
+
+
+def test_relocated_more_than_half_of_cached_fires(tmp_path):
+    run = simulate("scr")
+    victim = next(t for t in run.truth if t.moved)
+    lines = [finish_line(victim.rid, victim.prompt, 2 * victim.moved - 1, victim.decode)
+             if "Finish:" in line and f"'{victim.rid}'" in line else line for line in run.log_lines]
+    _, failures = ingest(tmp_path, run, lines=lines)
+    assert any(f.startswith(f"I1 {victim.rid}: prompt") and "reused -1 " in f for f in failures), failures
+
+
+def test_foreign_request_fires(tmp_path):
+    run = simulate("radix")
+    lines = run.log_lines[:-1] + [finish_line("judge.q1.0", 300, 0, 20)]
+    _, failures = ingest(tmp_path, run, lines=lines)
+    assert failures == ["C1 judge.q1.0: server row without a client request (foreign request)"]
+
+
+def test_client_request_without_server_row_and_count_mismatch_fire(tmp_path):
+    run = simulate("radix")
+    client = run.client + [{"rid": "syn.c9.0", "usage": {"prompt_tokens": 5, "completion_tokens": 1}}]
+    client[0] = {**client[0], "usage": {**client[0]["usage"], "prompt_tokens": client[0]["usage"]["prompt_tokens"] + 1}}
+    client.append(client[1])
+    _, failures = ingest(tmp_path, run, client=client)
+    p = run.truth[0].prompt
+    assert failures == [
+        f"C1 {run.client[1]['rid']}: 2 client requests with this rid",
+        f"C1 {run.truth[0].rid}: client prompt_tokens {p + 1} != server {p}",
+        "C1 syn.c9.0: client request without a server row",
+    ]
+
+
+def test_moved_under_radix_fires(tmp_path):
+    scr = simulate("scr")
+    lines = [line.replace("cache policy scr started", "cache policy radix started") for line in scr.log_lines]
+    _, failures = ingest(tmp_path, scr, lines=lines)
+    moved = [t for t in scr.truth if t.moved]
+    assert [f for f in failures if f.startswith("I3")] == [
+        f"I3 {t.rid}: policy radix moved {t.moved} tokens" for t in moved]
+
+
+def test_more_blocks_than_k_fires(tmp_path):
+    run = simulate("scr")
+    over = [t for t in run.truth if len(t.blocks) > 1]
+    _, failures = ingest(tmp_path, run, max_blocks=1)
+    assert failures == [f"S2 {t.rid}: {len(t.blocks)} blocks relocated > K = 1" for t in over]
+    # K from the banner: a run simulated with K = 1 relocates one block per request and passes.
+    assert ingest(tmp_path / "k1", simulate("scr", max_blocks=1))[1] == []
+
+
+def test_relocation_without_a_banner_fires(tmp_path):
+    run = simulate("scr")
+    lines = [line for line in run.log_lines if "[kvreuse-site]" not in line]
+    _, failures = ingest(tmp_path, run, lines=lines)
+    assert len(failures) == 1 and failures[0].startswith("S2 ") and "K is unknown" in failures[0]
+    assert ingest(tmp_path / "k", run, lines=lines, max_blocks=6)[1] == []
+
+
+def test_splice_line_of_an_unfinished_request_fires(tmp_path):
+    run = simulate("scr")
+    victim = next(t for t in run.truth if t.moved)
+    lines = [line for line in run.log_lines if not ("Finish:" in line and f"'{victim.rid}'" in line)]
+    _, failures = ingest(tmp_path, run, lines=lines)
+    assert f"L1 {victim.rid}: {len(victim.blocks)} splice line(s) but no Finish line" in failures
+    assert f"C1 {victim.rid}: client request without a server row" in failures
+
+
+def test_splice_counters_restart_with_a_new_process():
+    run = simulate("scr")
+    first = run.log_lines[splice_indices(run)[0]]
+    # The same log twice (a restarted server appending to it) is whole; counters restart at 1.
+    parsed = server_log.parse_log(run.log_lines + run.log_lines)
+    assert parsed.problems == [] and first
+    assert len(parsed.duplicate_finishes) == len(run.truth)
