@@ -86,7 +86,7 @@ SUBMIT_TOOL = {
 }
 
 NO_TOOL_CALL = "(No tool call in your last turn. Continue with a tool call, or call `submit` with your final answer.)"
-NUDGE = ("[CONTEXT NOTICE] Your context is at {tokens} of {budget} budget tokens ({share:.0%}). Consider "
+NUDGE = ("[CONTEXT NOTICE] Your context has passed {ratio:.0%} of its budget: {tokens} of {budget} tokens. Consider "
          "compacting it with the `context` tool: delete or summarise what you no longer need.")
 URGENT = ("[CONTEXT WARNING] Your context is at {tokens} tokens, close to the limit of {limit}. Compact it "
           "now with the `context` tool, or turns will be rolled back.")
@@ -189,7 +189,9 @@ class Agent:
                         status, stats["budget_finalized"] = "budget_exhausted", 1
                         break
                     margin = cfg.retry_edit_margin_tokens * (2 if ignored_rollbacks >= 3 else 1)
-                    messages, dropped = clm.rollback(messages, budget, cfg.strict_target - margin, protect)
+                    # Never aim below half the limit (a margin larger than the limit would drop everything).
+                    target = max(cfg.strict_target - margin, cfg.strict_target // 2)
+                    messages, dropped = clm.rollback(messages, budget, target, protect)
                     messages = clm.drop_orphan_tool_results(messages)
                     stats["retries_on_limit"] += 1
                     stats["turns_rolled_back"] += dropped
@@ -273,7 +275,7 @@ class Agent:
                 estimate = budget.estimate(messages)
                 for kind, ratio in budget.nudges(estimate):
                     stats["nudges"] += 1
-                    text = (NUDGE.format(tokens=estimate, budget=cfg.context_budget_tokens, share=estimate / cfg.context_budget_tokens)
+                    text = (NUDGE.format(ratio=ratio, tokens=estimate, budget=cfg.context_budget_tokens)
                             if kind == "ratio" else URGENT.format(tokens=estimate, limit=cfg.strict_target))
                     pending_notes.append(text)
         else:
