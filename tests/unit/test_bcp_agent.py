@@ -26,7 +26,7 @@ class FakeEndpoint:
         if not self.script:
             raise AssertionError("the agent asked for more replies than scripted")
         entry = self.script.pop(0)
-        if isinstance(entry, Exception):
+        if isinstance(entry, BaseException):
             raise entry
         message = entry(payload) if callable(entry) else entry
         chars = len(json.dumps(payload["messages"])) + len(json.dumps(payload.get("tools", [])))
