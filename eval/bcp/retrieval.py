@@ -158,6 +158,9 @@ class Searcher:
         return bm25
 
     def _save(self, index_dir: Path) -> None:
+        # Only ever replace a directory this class wrote (or an empty one), never a user's folder.
+        if index_dir.exists() and any(index_dir.iterdir()) and not (index_dir / META_FILE).is_file():
+            raise ValueError(f"{index_dir} is not empty and holds no {META_FILE}; choose an index directory")
         tmp = index_dir.with_name(index_dir.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         self._bm25.save(str(tmp), show_progress=False)

@@ -94,6 +94,13 @@ def test_index_saved_and_reloaded_without_rebuild(tmp_path, monkeypatch):
     assert not Searcher(changed, index_dir, k1=1.2).built
 
 
+def test_index_dir_that_is_not_an_index_is_left_alone(tmp_path):
+    (tmp_path / "keep.txt").write_text("user data")
+    with pytest.raises(ValueError, match="not empty"):
+        Searcher(_corpus("a b c"), tmp_path)
+    assert (tmp_path / "keep.txt").read_text() == "user data"
+
+
 class CharTokenizer:
     """One token per character; decode(encode(t)) == t."""
 
