@@ -459,3 +459,55 @@ def test_snapshot_budget_with_a_non_integer_running_count_is_a_policy_error():
 
     with pytest.raises(PolicyError, match=r"^max_snapshots needs --max-running-requests N: "):
         _snapshot_budget(ExactPolicy(ExactConfig(max_snapshots=4)), ["--max-running-requests", "x"])
+
+
+# ---------------------------------------------------------------------------------------- scr
+
+
+@pytest.mark.parametrize(
+    "env, sets, expected",
+    [
+        pytest.param({}, [], 6, id="default"),
+        pytest.param({"KVREUSE_MAX_BLOCKS": "3"}, [], 3, id="authors-env"),
+        pytest.param({"KVREUSE_MAX_BLOCKS": "3"}, ["max_blocks=5"], 5, id="command-line-wins"),
+    ],
+)
+def test_scr_settings_layer_env_under_command_line(monkeypatch, env, sets, expected):
+    for key in list(os.environ):
+        if key.startswith("KVREUSE_"):
+            monkeypatch.delenv(key)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    argv = ["--model-path", "m", "--cache-policy", "scr", *[x for s in sets for x in ("--cache-policy-set", s)]]
+    spec, _rest = parse(argv)
+    assert spec.config["max_blocks"] == expected
+
+
+def test_scr_bad_authors_env_is_a_launch_error(monkeypatch):
+    monkeypatch.setenv("KVREUSE_SSM_MODE", "sideways")
+    with pytest.raises(SystemExit) as info:
+        parse(["--model-path", "m", "--cache-policy", "scr"])
+    assert info.value.code == 2
+
+
+@pytest.mark.parametrize(
+    "argv, expected_tail",
+    [
+        pytest.param([], ["--page-size", "1", "--disable-overlap-schedule", "--log-requests",
+                          "--log-requests-level", "0"], id="adds-settings-and-request-log"),
+        pytest.param(["--log-requests-level", "2"], ["--log-requests-level", "2", "--page-size", "1",
+                                                     "--disable-overlap-schedule", "--log-requests"],
+                     id="keeps-the-users-log-level"),
+    ],
+)
+def test_scr_server_settings(monkeypatch, argv, expected_tail):
+    for key in list(os.environ):
+        if key.startswith("KVREUSE_"):
+            monkeypatch.delenv(key)
+    _spec, rest = parse(["--model-path", "m", "--cache-policy", "scr", *argv])
+    assert rest == ["--model-path", "m", *expected_tail]
+
+
+def test_scr_refuses_a_page_size_other_than_one():
+    with pytest.raises(SystemExit):
+        parse(["--model-path", "m", "--cache-policy", "scr", "--page-size", "16"])

@@ -1,0 +1,189 @@
+"""``--cache-policy scr`` on the tiny model: relocation, its accounting, fallbacks, state modes.
+
+Conversations are token-id prompts (``/generate``). A session is matched by content (common
+prefix >= 1024 tokens of the first 8192, ``scr_spec.md`` §4.3), so every edited turn keeps the
+first 1200 tokens. SGLang's strict idle leak check is on (``STRICT_ENV``): a KV slot not returned
+after a splice stops the scheduler, which ``fatal_lines`` reports.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from eval.server import output_record, wait_for_events
+from policy.log_lines import parse_line
+from tests.engine.conftest import start_server
+from tests.engine.prompts import prompt_ids
+
+pytestmark = pytest.mark.engine
+
+SIDE = ["--cache-policy-set", "side_sessions=16", "--cache-policy-set", "side_tokens=4096"]
+SCR_ARGS = ["--chunked-prefill-size", "256", "--max-running-requests", "4", "--max-total-tokens", "12288"]
+MAX_BLOCKS = 6
+
+
+def _server(tiny_model_dir, tmp_path_factory, name, policy_args):
+    tmp = tmp_path_factory.mktemp(name)
+    server = start_server(
+        tiny_model_dir, tmp, name,
+        [*SCR_ARGS, *policy_args, "--cache-events", str(tmp / "events.jsonl")],
+    )
+    server.events_path = tmp / "events.jsonl"
+    return server
+
+
+@pytest.fixture(scope="module")
+def scr_server(tiny_model_dir, tmp_path_factory):
+    server = _server(tiny_model_dir, tmp_path_factory, "scr", ["--cache-policy", "scr", *SIDE])
+    yield server
+    server.flush_cache()
+    server.stop()
+    assert server.fatal_lines() == [], server.log_tail()
+
+
+def conversation(seed: int) -> list[list[int]]:
+    """Three turns: a 2400-token first message, then two turns that each delete a section from the
+    middle of what came before and append new text (as an agent that edits its context)."""
+    first = prompt_ids(seed, 2400)
+    second = first[:1400] + first[1600:] + prompt_ids(seed + 1, 40)
+    third = second[:1800] + second[1950:] + prompt_ids(seed + 2, 40)
+    return [first, second, third]
+
+
+def run_turns(server, turns, prefix: str, extra_key: str | None = None, max_new_tokens: int = 8) -> list[dict]:
+    records = []
+    for number, tokens in enumerate(turns, 1):
+        extra = {"extra_key": extra_key} if extra_key is not None else {}
+        response = server.generate(tokens, max_new_tokens, rid=f"{prefix}.{number}", return_logprob=True, **extra)
+        records.append(output_record(response))
+    return records
+
+
+def events_of(server, prefix: str, count: int) -> list[dict]:
+    rids = [f"{prefix}.{n}" for n in range(1, count + 1)]
+    found = wait_for_events(server.events_path, rids)
+    return [found[rid] for rid in rids]
+
+
+def log_records(server, kind: str, rid: str | None = None) -> list[dict]:
+    out = []
+    for line in server.log_text().splitlines():
+        parsed = parse_line(line[line.find("[kvreuse]"):]) if "[kvreuse]" in line else None
+        if parsed and parsed["kind"] == kind and (rid is None or parsed.get("rid") == rid):
+            out.append(parsed)
+    return out
+
+
+def test_middle_deletions_relocate_rows_on_later_turns(scr_server):
+    records = run_turns(scr_server, conversation(11), "edit")
+    events = events_of(scr_server, "edit", 3)
+    assert events[0]["moved"] == 0  # first turn: cold session
+    for event, record in zip(events[1:], records[1:]):
+        assert event["moved"] > 0, event
+        assert 1 <= event["blocks"] <= MAX_BLOCKS
+        assert event["prefix_reused"] + event["moved"] + event["read"] == event["prompt_tokens"]
+        # SGLang counts the relocated rows twice in cached_tokens (scr_spec §7.5, §12).
+        assert record["cached_tokens"] == event["prefix_reused"] + 2 * event["moved"]
+        assert len(record["output_ids"]) == 8
+    for number in (2, 3):
+        splices = log_records(scr_server, "splice_ok", f"edit.{number}")
+        assert splices and sum(s["relocated"] for s in splices) == events[number - 1]["moved"]
+        trace = log_records(scr_server, "trace_req", f"edit.{number}")
+        assert trace and trace[0]["n_old"] > 0  # matched the conversation's session
+
+
+def test_relocated_rows_are_the_surviving_text(scr_server):
+    """Turn 2 deletes [1400, 1600) of turn 1: the rows after the deletion move by -200 and the
+    prompt's tail is read; the stop is the first token after the deletion."""
+    turns = conversation(21)
+    run_turns(scr_server, turns[:2], "shift")
+    (splice,) = log_records(scr_server, "splice_ok", "shift.2")
+    assert splice["stop"] == 1400
+    phase2 = log_records(scr_server, "phase2", "shift.2")
+    assert phase2[0]["rot_delta"] == -200
+    # The relocated run is the surviving old text minus the last min_extend (16) tokens.
+    assert splice["relocated"] == (2400 - 1600) - 16
+
+
+def test_two_deleted_sections_make_two_blocks(scr_server):
+    first = prompt_ids(31, 2400)
+    second = first[:1300] + first[1400:1900] + first[2000:] + prompt_ids(32, 40)
+    run_turns(scr_server, [first, second], "two")
+    (event,) = events_of(scr_server, "two", 2)[1:]
+    assert event["blocks"] == 2
+    splices = log_records(scr_server, "splice_ok", "two.2")
+    assert [s["block"] for s in splices] == [1, 2] and {s["num_blocks"] for s in splices} == {2}
+    assert event["moved"] == sum(s["relocated"] for s in splices)
+
+
+def test_salts_never_share_a_session(scr_server):
+    first, second, _ = conversation(41)
+    run_turns(scr_server, [first], "salt-a", extra_key="tenant-a")
+    # Same edit under another salt: a new session, nothing relocated.
+    run_turns(scr_server, [second], "salt-b", extra_key="tenant-b")
+    (event_b,) = events_of(scr_server, "salt-b", 1)
+    assert event_b["moved"] == 0 and event_b["prefix_reused"] == 0
+    assert log_records(scr_server, "trace_req", "salt-b.1")[0]["n_old"] == 0
+    # The first salt's conversation still relocates.
+    scr_server.generate(second, 4, rid="salt-a.2", extra_key="tenant-a")
+    assert events_of(scr_server, "salt-a", 2)[1]["moved"] > 0
+
+
+def test_conversation_longer_than_a_side_slot_falls_back(scr_server):
+    first = prompt_ids(51, 4200)  # side_tokens = 4096
+    second = first[:1400] + first[1600:] + prompt_ids(52, 40)
+    run_turns(scr_server, [first, second], "long")
+    events = events_of(scr_server, "long", 2)
+    assert [e["moved"] for e in events] == [0, 0]
+    assert log_records(scr_server, "trace_req", "long.2")[0]["n_old"] == 0  # the session was dropped
+    assert "side store skipped (oversize)" in scr_server.log_text()
+
+
+@pytest.mark.parametrize("mode", ["fork", "strict", "none"])
+def test_each_ssm_mode_runs(scr_server, mode):
+    """fork restores the saved state at block 1; none relocates without it; strict declines every
+    default-path plan: its snapshot covers the whole previous prompt, more than the surviving rows
+    (scr_spec §9.5)."""
+    salt = f"kvreuse:knobs:ssm={mode}"
+    records = run_turns(scr_server, conversation(60 + len(mode))[:2], f"mode-{mode}", extra_key=salt)
+    event = events_of(scr_server, f"mode-{mode}", 2)[1]
+    restores = [line for line in scr_server.log_text().splitlines()
+                if "ev=ssm_restore" in line and f"rid=mode-{mode}.2 " in line]
+    assert len(records[1]["output_ids"]) == 8
+    if mode == "strict":
+        assert event["moved"] == 0 and not restores
+        assert "strict_snapshot_longer_than_rows" in scr_server.log_text()
+    else:
+        assert event["moved"] > 0
+        assert bool(restores) == (mode == "fork")
+
+
+def test_request_finishing_on_its_first_token_marks_its_state_stale(scr_server):
+    """A one-chunk prompt that finishes on its first token is released inside the prefill result,
+    before the state hook runs: its session's state is marked stale (scr_spec §9.2)."""
+    first, second, _ = conversation(71)
+    scr_server.generate(first[:200], 1, rid="stale.0")  # short: one chunk, finishes at once
+    assert "ssm snapshot dropped: rid=stale.0" in scr_server.log_text()
+
+
+@pytest.fixture(scope="module")
+def off_pair(tiny_model_dir, tmp_path_factory):
+    """The same conversation under ``kvreuse:off`` on scr and on radix (same SGLang flags)."""
+    turns = conversation(81)
+    out = {}
+    for name, policy_args in (("scr", ["--cache-policy", "scr", *SIDE]), ("radix", ["--cache-policy", "radix"])):
+        server = _server(tiny_model_dir, tmp_path_factory, f"off-{name}", policy_args)
+        try:
+            out[name] = run_turns(server, turns, "off", extra_key="kvreuse:off")
+            out[name + "_events"] = events_of(server, "off", 3)
+            out[name + "_log"] = server.log_text()
+        finally:
+            server.stop()
+        assert server.fatal_lines() == [], server.log_tail()
+    return out
+
+
+def test_kvreuse_off_matches_radix_exactly(off_pair):
+    assert off_pair["scr"] == off_pair["radix"]  # ids, logprobs, cached_tokens per turn
+    assert [e["moved"] for e in off_pair["scr_events"]] == [0, 0, 0]
+    assert "kv6trace ev=req rid=off." not in off_pair["scr_log"]
