@@ -341,6 +341,9 @@ def score(run_dir: Path, queries_by_id: dict) -> dict:
     }
     journal_mod.write_json_atomic(run_dir / "scores.json", {"summary": summary, "per_question": rows})
     journal_mod.write_json_atomic(run_dir / "summary.json", summary)
+    journal_mod.write_json_atomic(run_dir / "evaluation_summary.json", metrics.bcp_summary(
+        scores, llm=str(manifest.get("model", {}).get("served")), retriever=manifest.get("retrieval", {}).get("backend", ""),
+        date=time.strftime("%Y-%m-%d")))
     with open(run_dir / "per_question.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=PER_QUESTION_FIELDS)
         writer.writeheader()
@@ -356,7 +359,9 @@ def metrics_input(records: list[dict], judgments: dict, queries_by_id: dict) -> 
         judgment = judgments.get(qid, {})
         query = queries_by_id[qid]
         out.append({
-            "query_id": qid, "status": record["status"], "correct": bool(judgment.get("correct")),
+            "query_id": qid, "status": record["status"],
+            "correct": (bool(judgment.get("correct")) if judgment.get("judged") and not judgment.get("parse_error")
+                        else None),
             "parse_error": bool(judgment.get("parse_error")), "confidence": judgment.get("confidence"),
             "retrieved_docids": record.get("retrieved_docids") or [], "evidence_docids": list(query.evidence_docids),
             "gold_docids": list(query.gold_docids), "tool_call_counts": record.get("tool_call_counts") or {},
