@@ -1,43 +1,68 @@
 """The demo: a short multi-turn conversation with an edit in the middle, served by the patched
-server on the tiny model, and a table of what the prefix cache did for each request.
+server on the tiny model under each cache policy, and what the prefix cache did side by side.
 
-``python -m eval.demo [--policy radix --policy exact] [--out DIR]`` (``scripts/demo.sh`` runs it
-after set-up; both policies by default, one server after the other, then one side-by-side table).
+``python -m eval.demo [--policy radix --policy exact --policy scr] [--out DIR]`` (``scripts/demo.sh``
+runs it after set-up; every policy in ``POLICIES`` by default, one server after the other).
 The conversation is agent-like: a long first message with several sections, a turn that only
 appends, a turn where the agent deletes a section from the middle of its context, and a final
-append. Per request the table shows prompt = reused (prefix cache) + moved + read.
+append. It is sent through the workload driver (``eval.workload.run`` with ``DEMO_SCRIPT``); each
+policy's server log, events file and ``client.jsonl`` are ingested (``eval.report ingest --log
+--events --client``, all checks) and the runs compared (``eval.report compare``). Per request the
+first table shows prompt = reused (prefix cache) + moved + read; the second is the comparison.
+
+Layout under ``--out``: ``<policy>/{server.log, events.jsonl, client.jsonl, report/}`` and
+``compare/{table.md, table.csv, table.json, provenance_stack.png, read_cdf.png}``. A policy that
+``policy/registry.py`` does not know (or cannot import) is skipped with a printed note.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
+from eval import report, workload
+from eval.accounting import compare
 from eval.server import ServerProcess, wait_for_events
 from eval.tiny_model import cached_build
+from policy import registry
 
 ROOT = Path(__file__).resolve().parents[1]
 
 SECTIONS = [
     "## Task\nFind which configuration change made the nightly build slower and propose a fix.",
+    "## Notes from yesterday\n" + " ".join([
+        "The cache directory moved to a network disk.", "Two workers were added.", "The linker flags did not change.",
+        "The test shards were rebalanced by file size.", "The nightly job now starts at 02:00 instead of 01:00.",
+        "Disk usage on the build host is at 71 percent.", "The compiler cache hit rate was 93 percent last week."]),
+    "## Constraints\nDo not change the compiler version. Keep the total build under ten minutes.",
     "## Build log excerpt\n" + "\n".join(
         f"step {i:02d}: compiled module_{i} in {0.4 + 0.13 * (i % 5):.2f}s, cache {'hit' if i % 3 else 'miss'}"
-        for i in range(1, 19)
+        for i in range(1, 9)
     ),
-    "## Notes from yesterday\nThe cache directory moved to a network disk. Two workers were added. "
-    "The linker flags did not change. The test shards were rebalanced by file size.",
-    "## Constraints\nDo not change the compiler version. Keep the total build under ten minutes.",
+    "## Test report\n" + "\n".join(
+        f"shard {i:02d}: {40 + 7 * (i % 4)} tests passed in {12 + 3 * (i % 5)}s on worker {i % 3}"
+        for i in range(1, 13)
+    ),
 ]
+DELETED = 3  # the build log: deleted from the middle of the context at turn 3
 
+POLICIES = ("radix", "exact", "scr")
 SERVER_ARGS = ["--max-total-tokens", "8192", "--max-mamba-cache-size", "64",
-               "--chunked-prefill-size", "64", "--max-running-requests", "2"]
-# Policy settings scaled to the tiny model's short prompts (B must equal the chunk size above).
+               "--chunked-prefill-size", "64", "--max-running-requests", "2",
+               # Finish: lines for the log ingestion; no warm-up request (it would be a server row
+               # without a client request, which the join check C1 rejects).
+               "--log-requests", "--log-requests-level", "0", "--skip-server-warmup"]
+# Per-policy launcher arguments, scaled to the tiny model's short prompts (exact: B must equal
+# the chunk size above).
 POLICY_ARGS = {
     "radix": [],
     "exact": ["--cache-policy-set", "piece_tokens=64", "--cache-policy-set", "retain_every=256"],
+    # Sessions match on a 256-token common prefix (the authors' 1,024 is longer than these prompts).
+    "scr": ["--cache-policy-set", "match_min_tokens=256", "--cache-policy-set", "side_sessions=4",
+            "--cache-policy-set", "side_tokens=4096"],
 }
+MAX_TOKENS = 12
 
 
 def conversation_turns():
@@ -48,15 +73,22 @@ def conversation_turns():
     reply = {"role": "assistant", "content": "The cache misses line up with the moved cache directory."}
     follow = {"role": "user", "content": "Which steps missed the cache?"}
     yield "turn 2", "append", [system, user, reply, follow]
-    # The agent edits its context: the long build log (section 2) is deleted from the middle.
-    edited_user = {"role": "user", "content": "\n\n".join(SECTIONS[:1] + SECTIONS[2:])}
-    reply2 = {"role": "assistant", "content": "Steps 3, 6, 9, 12, 15 and 18 missed."}
+    # The agent edits its context: the build log is deleted from the middle; the test report
+    # after it is unchanged (what scr can move instead of reading again).
+    edited_user = {"role": "user", "content": "\n\n".join(SECTIONS[:DELETED] + SECTIONS[DELETED + 1:])}
+    reply2 = {"role": "assistant", "content": "Steps 3 and 6 missed."}
     yield "turn 3", "edited", [system, edited_user, reply, follow, reply2,
                                {"role": "user", "content": "Summarise the cause in one line."}]
     reply3 = {"role": "assistant", "content": "The cache moved to a slow network disk."}
     yield "turn 4", "append", [system, edited_user, reply, follow, reply2,
                                {"role": "user", "content": "Summarise the cause in one line."}, reply3,
                                {"role": "user", "content": "And the fix?"}]
+
+
+DEMO_SCRIPT = workload.Script(
+    kinds=("first", "append", "edited", "append"),
+    messages=lambda conversation, turn, replies: list(conversation_turns())[turn][2],
+)
 
 
 def format_table(rows_by_policy: dict[str, list[dict]]) -> str:
@@ -75,54 +107,97 @@ def format_table(rows_by_policy: dict[str, list[dict]]) -> str:
             cell = rows_by_policy[policy][index]
             line += f" | {cell['prefix_reused']:>6} {cell['moved']:>5} {cell['read']:>5} {cell['seconds']:>9.2f}"
         lines.append(line)
-    return "\n".join(lines)
+    return "\n".join(line.rstrip() for line in lines)
 
 
-def run(model_dir: Path, out_dir: Path, policy: str = "radix", max_tokens: int = 12) -> list[dict]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    events_path = out_dir / f"events-{policy}.jsonl"
-    events_path.unlink(missing_ok=True)
+def unavailable(policy: str) -> str | None:
+    """Why ``policy`` cannot be served (not registered, or its implementation does not import), or None."""
+    if policy not in registry.names():
+        return f"policy {policy!r} is not registered in policy/registry.py (registered: {', '.join(registry.names())})"
+    try:
+        registry.policy_class(policy)
+    except Exception as exc:  # any import failure of an in-progress policy
+        return f"policy {policy!r} is registered but does not import: {type(exc).__name__}: {exc}"
+    return None
+
+
+def run(model_dir: Path, out_dir: Path, policy: str = "radix", max_tokens: int = MAX_TOKENS) -> dict:
+    """Serve ``policy``, send the demo conversation through the workload driver, ingest the run.
+
+    Returns ``{"rows": [...], "report": DIR, "failures": [...]}``; a row per request has its
+    label, kind, rid, seconds and the ingested prompt/prefix_reused/moved/read/decode/class.
+    """
+    run_dir = out_dir / policy
+    run_dir.mkdir(parents=True, exist_ok=True)
+    paths = {name: run_dir / name for name in ("server.log", "events.jsonl", "client.jsonl")}
+    for path in paths.values():
+        path.unlink(missing_ok=True)
     server = ServerProcess(
-        model_path=str(model_dir),
-        log_path=out_dir / f"server-{policy}.log",
+        model_path=str(model_dir), log_path=paths["server.log"],
         extra_args=[*SERVER_ARGS, "--cache-policy", policy, *POLICY_ARGS.get(policy, []),
-                    "--cache-events", str(events_path)],
+                    "--cache-events", str(paths["events.jsonl"])],
     )
     print(f"[demo] starting the patched server (policy {policy}) on {model_dir.name}; log: {server.log_path}",
           flush=True)
-    rows = []
     with server:
-        for number, (label, kind, messages) in enumerate(conversation_turns(), 1):
-            rid = f"demo-{policy}.{number}"  # conversation.turn (eval.accounting.provenance)
-            started = time.monotonic()
-            server.chat(messages, max_tokens=max_tokens, rid=rid, ignore_eos=True)
-            rows.append({"label": label, "kind": kind, "rid": rid, "seconds": time.monotonic() - started})
-            print(f"[demo] {label} ({kind}) done in {rows[-1]['seconds']:.1f}s", flush=True)
-        events = wait_for_events(events_path, [row["rid"] for row in rows])
-    failures = server.fatal_lines()
-    if failures:
-        raise RuntimeError("server reported errors:\n" + "\n".join(failures))
-    for row in rows:
-        if row["rid"] not in events:
-            raise RuntimeError(f"no event for {row['rid']} in {events_path}")
-        row.update(events[row["rid"]])
-    return rows
+        records = workload.run(server.post, run_dir, conversations=1, max_tokens=max_tokens,
+                               run_name=f"demo-{policy}", progress=False, script=DEMO_SCRIPT,
+                               extra={"ignore_eos": True})
+        for record in records:
+            print(f"[demo] turn {record['turn'] + 1} ({record['kind']}) done in {record['seconds']:.1f}s", flush=True)
+        wait_for_events(paths["events.jsonl"], [record["rid"] for record in records])
+    fatal = server.fatal_lines()
+    if fatal:
+        raise RuntimeError("server reported errors:\n" + "\n".join(fatal))
+    ingested, failures = report.ingest(paths["events.jsonl"], run_dir / "report", log_path=paths["server.log"],
+                                       client_path=paths["client.jsonl"], policy=policy)
+    by_rid = {row.rid: row for row in ingested}
+    rows = []
+    for record in records:
+        row = by_rid.get(record["rid"])
+        if row is None:
+            raise RuntimeError(f"no Finish line for {record['rid']} in {paths['server.log']}")
+        rows.append({"label": f"turn {record['turn'] + 1}", "kind": record["kind"], "rid": record["rid"],
+                     "seconds": record["seconds"], "prompt_tokens": row.prompt_tokens,
+                     "prefix_reused": row.prefix_reused, "moved": row.moved, "read": row.read,
+                     "decode": row.decode, "class": row.klass})
+    return {"rows": rows, "report": run_dir / "report", "failures": failures}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m eval.demo", description=__doc__.splitlines()[0])
-    parser.add_argument("--policy", action="append", choices=sorted(POLICY_ARGS),
-                        help="policy to run (repeatable; default: radix and exact)")
+    parser.add_argument("--policy", action="append", choices=POLICIES,
+                        help=f"policy to run (repeatable; default: {', '.join(POLICIES)})")
     parser.add_argument("--out", type=Path, default=ROOT / ".artifacts" / "demo")
     parser.add_argument("--model", type=Path, default=None, help="model dir (default: build the tiny model)")
     args = parser.parse_args(argv)
+    policies = []
+    for policy in args.policy or POLICIES:
+        reason = unavailable(policy)
+        if reason:
+            print(f"\n[demo] NOTE: SKIPPING POLICY {policy.upper()}: {reason}.\n", flush=True)
+        else:
+            policies.append(policy)
+    if not policies:
+        print("[demo] no policy to run", file=sys.stderr)
+        return 2
     model_dir = args.model or cached_build(ROOT / ".artifacts")
-    policies = args.policy or ["radix", "exact"]
-    rows = {policy: run(model_dir, args.out, policy) for policy in policies}
+    results = {policy: run(model_dir, args.out, policy) for policy in policies}
+    comparison = compare.compare({p: r["report"] for p, r in results.items()}, args.out / "compare")
     print()
     print("What the prefix cache did per request (prompt = reused + moved + read; read = run through the model):")
-    print(format_table(rows))
-    return 0
+    print(format_table({p: r["rows"] for p, r in results.items()}))
+    print()
+    print(f"Side by side (python -m eval.report compare; PFLOPs as if the model were Qwen3.6-27B; "
+          f"ratios to {comparison['baseline']}):")
+    print(comparison["markdown"])
+    print(f"\nFiles: {args.out}/<policy>/report/requests.csv, {args.out / 'compare'}/table.md and plots")
+    failed = False
+    for policy, result in results.items():
+        for failure in result["failures"]:
+            print(f"[demo] CHECK FAILED [{policy}] {failure}", file=sys.stderr)
+            failed = True
+    return 2 if failed else 0
 
 
 if __name__ == "__main__":

@@ -9,6 +9,9 @@ The conversation's next turn is built from the replies the server actually gave,
 would. Every request has a unique ``rid`` = ``<run>.<conversation>.<turn>`` (the accounting groups
 turns into conversations by it). ``DIR/client.jsonl`` gets one line per request: rid, turn kind,
 usage and latency.
+
+Other scripted conversations go through the same driver: ``run(..., script=Script(kinds, messages))``
+(``eval.demo`` sends its fixed editing conversation this way).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import json
 import random
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -59,26 +63,47 @@ def build_messages(conversation: int, turn: int, replies: list[str], seed: int) 
     return messages
 
 
+@dataclass(frozen=True)
+class Script:
+    """A scripted conversation: the kind of each turn and ``messages(conversation, turn, replies)``
+    (``replies`` = the assistant's answers to the earlier turns, trimmed)."""
+
+    kinds: tuple[str, ...]
+    messages: Callable[[int, int, list[str]], list[dict]]
+
+
+def agent_script(seed: int = 0) -> Script:
+    """The default agent-like workload (``build_messages``)."""
+    return Script(TURN_KINDS, lambda conversation, turn, replies: build_messages(conversation, turn, replies, seed))
+
+
 def run(post: Callable[[str, dict], dict], out: Path, *, conversations: int = 3, max_tokens: int = 16,
-        run_name: str = "w", seed: int = 0, progress: bool = True) -> list[dict]:
-    """Drive the workload through ``post(path, payload) -> json``; returns the client records."""
+        run_name: str = "w", seed: int = 0, progress: bool = True, script: Script | None = None,
+        extra: dict | None = None) -> list[dict]:
+    """Drive the workload through ``post(path, payload) -> json``; returns the client records.
+
+    ``script`` defaults to the agent workload; ``extra`` is merged into every request body
+    (e.g. ``{"ignore_eos": True}``). Records are appended to ``out/client.jsonl``.
+    """
+    script = script or agent_script(seed)
     out.mkdir(parents=True, exist_ok=True)
     records = []
-    bar = tqdm(total=conversations * len(TURN_KINDS), desc="workload", unit="req", disable=not progress)
+    bar = tqdm(total=conversations * len(script.kinds), desc="workload", unit="req", disable=not progress)
     with open(out / "client.jsonl", "a") as log:
         for conversation in range(conversations):
             replies: list[str] = []
-            for turn, kind in enumerate(TURN_KINDS):
+            for turn, kind in enumerate(script.kinds):
                 rid = f"{run_name}.c{conversation}.{turn}"
-                payload = {"model": "default", "messages": build_messages(conversation, turn, replies, seed),
-                           "max_tokens": max_tokens, "temperature": 0.0, "rid": rid}
+                payload = {"model": "default", "messages": script.messages(conversation, turn, replies),
+                           "max_tokens": max_tokens, "temperature": 0.0, "rid": rid, **(extra or {})}
                 started = time.monotonic()
                 response = post("/v1/chat/completions", payload)
                 reply = response["choices"][0]["message"]["content"] or ""
                 replies.append(reply.strip()[:200] or "(empty)")
-                record = {"rid": rid, "kind": kind, "usage": response["usage"],
-                          "seconds": round(time.monotonic() - started, 4)}
+                record = {"rid": rid, "conversation": conversation, "turn": turn, "kind": kind,
+                          "usage": response["usage"], "seconds": round(time.monotonic() - started, 4)}
                 log.write(json.dumps(record) + "\n")
+                log.flush()
                 records.append(record)
                 bar.update(1)
                 bar.set_postfix(tokens=sum(r["usage"]["prompt_tokens"] for r in records))

@@ -110,7 +110,7 @@ def rows_from_events(events: Iterable, body_params: float, pair_flops: int = QWE
     return classify_rows((Served(
         rid=e.rid, policy=e.policy, conversation=conversation_of(e.rid, e.cache_salt),
         prompt_tokens=e.prompt_tokens, prefix_reused=e.prefix_reused, moved=e.moved, read=e.read,
-        decode=e.decode_tokens) for e in events), body_params, pair_flops)
+        decode=e.decode_tokens, blocks=getattr(e, "blocks", 0)) for e in events), body_params, pair_flops)
 
 
 def check(rows: Sequence[Row], body_params: float) -> list[str]:
@@ -164,7 +164,7 @@ def check_client(rows: Sequence[Row], client: Sequence[dict]) -> list[str]:
 
 def check_against_events(rows: Sequence[Row], events: Iterable) -> list[str]:
     """X1: a log's rows and the server's own events file (``--cache-events``) agree per rid on
-    P, R, M, F and D; every rid in one is in the other."""
+    P, R, M, F, D and relocated blocks; every rid in one is in the other."""
     failures = []
     by_rid = {e.rid: e for e in events}
     for row in rows:
@@ -172,10 +172,11 @@ def check_against_events(rows: Sequence[Row], events: Iterable) -> list[str]:
         if event is None:
             failures.append(f"X1 {row.rid}: in the log but not in the events file")
             continue
-        log = (row.prompt_tokens, row.prefix_reused, row.moved, row.read, row.decode)
-        ev = (event.prompt_tokens, event.prefix_reused, event.moved, event.read, event.decode_tokens)
+        log = (row.prompt_tokens, row.prefix_reused, row.moved, row.read, row.decode, row.blocks)
+        ev = (event.prompt_tokens, event.prefix_reused, event.moved, event.read, event.decode_tokens,
+              getattr(event, "blocks", 0))
         if log != ev:
-            failures.append(f"X1 {row.rid}: log (P, R, M, F, D) = {log} != events {ev}")
+            failures.append(f"X1 {row.rid}: log (P, R, M, F, D, blocks) = {log} != events {ev}")
     for rid in by_rid:
         failures.append(f"X1 {rid}: in the events file but not in the log")
     return failures

@@ -29,12 +29,13 @@ Lines read (any text before them, such as ``[2026-01-01 12:00:00 TP0] ``, is ign
 
       [kvreuse-site] v6.10 splice-after-extend patches applied ... max_blocks=<K> ... splice_retry=<n>
 
-* The patched server's start line, which names the policy::
+* The patched server's start line, which names the policy and its settings (a Python dict)::
 
-      cache policy <name> started with config {...}
+      cache policy <name> started with config {'max_blocks': 6, ...}
 
   Without it the policy is ``scr`` when the banner is there, else ``radix`` (stock SGLang is
-  the radix policy); ``--policy`` overrides.
+  the radix policy); ``--policy`` overrides. K is the banner's ``max_blocks``, else this
+  config's ``max_blocks``.
 
 Per request: M = sum of C' over its splice lines, blocks = their count; R = C - 2·M, because
 SGLang's ``cached_tokens`` counts every relocated row twice under SCR (once through the prefix
@@ -51,6 +52,7 @@ unknown fails).
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass, field
 from typing import Iterable
@@ -58,7 +60,7 @@ from typing import Iterable
 from eval.accounting.provenance import QWEN36_27B_PAIR_FLOPS, Row, Served, classify_rows, conversation_of
 from policy.log_lines import parse_line
 
-_POLICY_LINE = re.compile(r"cache policy (\S+) started with config ")
+_POLICY_LINE = re.compile(r"cache policy (\S+) started with config (.*)$")
 
 
 @dataclass
@@ -69,6 +71,7 @@ class ParsedLog:
     traces: dict[str, dict] = field(default_factory=dict)  # rid -> first kv6trace ev=req
     banner: dict | None = None  # first [kvreuse-site] line
     policy: str | None = None  # from "cache policy NAME started"
+    policy_config: dict = field(default_factory=dict)  # that line's config
     problems: list[str] = field(default_factory=list)  # L1 failures found while reading
 
 
@@ -78,9 +81,14 @@ def parse_log(lines: Iterable[str]) -> ParsedLog:
     counter: tuple[int, int] | None = None  # (spliced, tokens) of the previous splice line
     for number, line in enumerate(lines, 1):
         if parsed.policy is None and "cache policy " in line:
-            found = _POLICY_LINE.search(line)
+            found = _POLICY_LINE.search(line.rstrip("\r\n"))
             if found:
                 parsed.policy = found.group(1)
+                try:
+                    config = ast.literal_eval(found.group(2))
+                except (ValueError, SyntaxError):
+                    config = {}
+                parsed.policy_config = config if isinstance(config, dict) else {}
         if "Finish: " not in line and "[kvreuse" not in line:
             continue
         item = parse_line(line)
@@ -138,10 +146,13 @@ def rows_from_log(parsed: ParsedLog, body_params: float, pair_flops: int = QWEN3
 
 
 def max_blocks(parsed: ParsedLog, override: int | None = None) -> int | None:
-    """K: the command line's value, else the banner's."""
+    """K: the command line's value, else the banner's, else the policy config's."""
     if override is not None:
         return override
-    return parsed.banner["max_blocks"] if parsed.banner else None
+    if parsed.banner:
+        return parsed.banner["max_blocks"]
+    k = parsed.policy_config.get("max_blocks")
+    return k if isinstance(k, int) else None
 
 
 def check_log(parsed: ParsedLog, k: int | None = None) -> list[str]:

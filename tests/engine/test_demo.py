@@ -1,4 +1,5 @@
-"""The demo end to end (what ``./scripts/demo.sh`` prints), with its numbers derived independently.
+"""The demo end to end (what ``./scripts/demo.sh`` prints: per-request table, ingested logs with all
+checks, the compare table and plots), with the radix and exact numbers derived independently.
 
 Under ``radix`` with ``no_buffer`` and 64-token prefill chunks, SGLang keeps recurrent states at
 every multiple of 64 inside a prompt and at the prompt's end, and a prompt may resume at the
@@ -7,10 +8,13 @@ deepest such state on a cached prompt that is not past the shared prefix nor pas
 
 from __future__ import annotations
 
+import csv
+import json
+
 import pytest
 from transformers import AutoTokenizer
 
-from eval import demo, report
+from eval import demo
 from exact_cache.replay import replay
 
 pytestmark = pytest.mark.engine
@@ -37,33 +41,58 @@ def chat_prompts(model_dir) -> list[list[int]]:
 
 
 def check_rows(rows, prompts, expected_reused):
-    assert [row["kind"] for row in rows] == ["first", "append", "edited", "append"]
+    assert [row["class"] for row in rows] == ["first", "append", "edited", "append"]
     for row, prompt, reused in zip(rows, prompts, expected_reused):
-        assert row["prompt_tokens"] == len(prompt)
-        assert row["prefix_reused"] == reused, row["label"]
-        assert row["moved"] == 0
-        assert row["read"] == row["prompt_tokens"] - row["prefix_reused"]
-        assert row["decode_tokens"] == 12
+        assert int(row["prompt_tokens"]) == len(prompt)
+        assert int(row["prefix_reused"]) == reused, row["rid"]
+        assert int(row["moved"]) == 0
+        assert int(row["read"]) == len(prompt) - reused
+        assert int(row["decode"]) == 12
+        assert int(row["cached_tokens"]) == reused  # the Finish line's count
 
 
-def test_demo_table(tiny_model_dir, tmp_path):
+def read_rows(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_demo_end_to_end(tiny_model_dir, tmp_path, capsys):
     assert "--chunked-prefill-size" in demo.SERVER_ARGS and str(CHUNK) in demo.SERVER_ARGS
     assert demo.POLICY_ARGS["exact"] == ["--cache-policy-set", f"piece_tokens={CHUNK}",
                                          "--cache-policy-set", "retain_every=256"]
+    assert demo.POLICIES == ("radix", "exact", "scr")
+    ran = [policy for policy in demo.POLICIES if demo.unavailable(policy) is None]
+    assert ran[:2] == ["radix", "exact"]
     prompts = chat_prompts(tiny_model_dir)
-    rows = {policy: demo.run(tiny_model_dir, tmp_path, policy=policy) for policy in ("radix", "exact")}
+
+    assert demo.main(["--model", str(tiny_model_dir), "--out", str(tmp_path)]) == 0  # every check passed
+    out = capsys.readouterr().out
+
+    rows = {policy: read_rows(tmp_path / policy / "report" / "requests.csv") for policy in ran}
+    assert [row["rid"] for row in rows["radix"]] == [f"demo-radix.c0.{t}" for t in range(4)]
     check_rows(rows["radix"], prompts, [expected_reuse(p, prompts[:i]) for i, p in enumerate(prompts)])
     check_rows(rows["exact"], prompts, replay(prompts, piece=CHUNK, retain_every=256))
-    radix = [row["prefix_reused"] for row in rows["radix"]]
+    radix = [int(row["prefix_reused"]) for row in rows["radix"]]
     assert radix[0] == 0 and radix[1] > 0 and radix[2] < radix[1] and radix[3] > 0
-    table = demo.format_table(rows).splitlines()
-    assert table[0].split() == ["request", "prompt", "change", "prompt", "|", "radix", "|", "exact"]
-    assert table[1].split() == ["|", "reused", "moved", "read", "seconds"] * 2
-    assert len(table) == 3 + len(prompts)
+    for policy in ran[2:]:  # scr, once registered: consistent, same prompts, classes as built
+        assert [int(r["prompt_tokens"]) for r in rows[policy]] == [len(p) for p in prompts]
+        assert [r["class"] for r in rows[policy]][:2] == ["first", "append"]
+    for policy in ran:
+        summary = json.loads((tmp_path / policy / "report" / "summary.json").read_text())
+        assert summary["checks_failed"] == [] and summary["sources"]["client"].endswith("client.jsonl")
+        client = (tmp_path / policy / "client.jsonl").read_text().splitlines()
+        assert [json.loads(line)["kind"] for line in client] == ["first", "append", "edited", "append"]
+
+    # The printed per-request table, then the comparison.
+    lines = out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("request "))
+    table = lines[at:at + 3 + len(prompts)]
+    assert table[0].split() == ["request", "prompt", "change", "prompt", *sum((["|", p] for p in ran), [])]
+    assert table[1].split() == ["|", "reused", "moved", "read", "seconds"] * len(ran)
     assert table[3].split()[:3] == ["turn", "1", "first"]
-    # The accounting reads the same events: consistent, and classes as the conversation was built.
-    for policy in ("radix", "exact"):
-        ingested, failures = report.ingest(tmp_path / f"events-{policy}.jsonl", tmp_path / f"report-{policy}")
-        assert failures == []
-        assert [row.klass for row in ingested if row.conversation == f"demo-{policy}"] == [
-            "first", "append", "edited", "append"]
+    assert [line.split()[2] for line in table[3:]] == ["first", "append", "edited", "append"]
+    assert "| metric | " + " | ".join(ran) + " |" in out
+    compare = json.loads((tmp_path / "compare" / "table.json").read_text())
+    assert compare["baseline"] == "radix" and compare["table"]["radix"]["pflops_per_request_ratio"] == 1.0
+    for name in ("table.md", "table.csv", "provenance_stack.png", "read_cdf.png"):
+        assert (tmp_path / "compare" / name).stat().st_size > 0

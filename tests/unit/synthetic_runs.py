@@ -28,6 +28,12 @@ from policy.log_lines import format_line
 KEXT = 16  # tokens at the end of each relocated span that are forwarded (KVREUSE_V6_MIN_EXTEND)
 MINTAIL = 64
 GRID = {"radix": 64, "exact": 256, "scr": 64}
+# The patched server's start line prints the resolved config as a dict.
+CONFIG_TEXT = {
+    "radix": lambda k: "{}",
+    "exact": lambda k: "{'piece_tokens': 256, 'retain_every': 1024, 'spec_drop': False}",
+    "scr": lambda k: "{'enabled': True, 'max_blocks': %d, 'splice_retry': 8, 'ssm_mode': 'fork'}" % k,
+}
 
 
 @dataclass(frozen=True)
@@ -65,7 +71,7 @@ class Run:
             writer.write(RequestEvent(
                 rid=t.rid, policy=self.policy, prompt_tokens=t.prompt, prefix_reused=t.reused, moved=t.moved,
                 read=t.read, decode_tokens=t.decode, cache_salt=None, plan_resume=t.reused, finish_reason="length",
-                queued_ts=1.0, finished_ts=2.0))
+                queued_ts=1.0, finished_ts=2.0, blocks=len(t.blocks)))
         writer.close()
         paths["client"].write_text("".join(json.dumps(record) + "\n" for record in self.client))
         return paths
@@ -132,7 +138,7 @@ def simulate(policy: str, *, conversations: int = 4, turns: int = 6, seed: int =
     spliced = spliced_tokens = 0
     log = run.log_lines
     log += ["[2026-01-01 12:00:00] server_args=ServerArgs(model_path='tiny', ...)",
-            f"[2026-01-01 12:00:00] cache policy {policy} started with config {{}}"]
+            f"[2026-01-01 12:00:00] cache policy {policy} started with config {CONFIG_TEXT[policy](max_blocks)}"]
     if policy == "scr":
         log.append("[2026-01-01 12:00:00 TP0] " + format_line(
             "scr_site", v6=True, pin_only=False, lead_freeze=False, ssm_snap="prefill_end", pid=7, no_rerotate=False,

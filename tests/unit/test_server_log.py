@@ -4,6 +4,7 @@ synthetic runs with known ground truth, and one negative test per check."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 
 import pytest
@@ -81,6 +82,11 @@ def test_log_checked_against_the_events_file(tmp_path):
     rows, failures = report.ingest(paths["events"], tmp_path / "out", log_path=paths["log"], moved_count_in_cached=1)
     moved = [t for t in run.truth if t.moved]
     assert [f.split(":")[0] for f in failures if f.startswith("X1")] == [f"X1 {t.rid}" for t in moved]
+    # Events that disagree on the blocks only.
+    run.truth[-1] = dataclasses.replace(run.truth[-1], blocks=((1, 1),) * (len(run.truth[-1].blocks) + 1))
+    run.write(tmp_path / "in")
+    _, failures = report.ingest(paths["events"], tmp_path / "out", log_path=paths["log"])
+    assert len(failures) == 1 and failures[0].startswith(f"X1 {run.truth[-1].rid}: log (P, R, M, F, D, blocks)")
 
 
 def test_cli_writes_csv_and_summary(tmp_path):
@@ -205,9 +211,20 @@ def test_more_blocks_than_k_fires(tmp_path):
     assert ingest(tmp_path / "k1", simulate("scr", max_blocks=1))[1] == []
 
 
-def test_relocation_without_a_banner_fires(tmp_path):
+def test_k_from_the_policy_line_without_a_banner(tmp_path):
     run = simulate("scr")
     lines = [line for line in run.log_lines if "[kvreuse-site]" not in line]
+    assert ingest(tmp_path, run, lines=lines)[1] == []
+    assert server_log.parse_log(lines).policy_config["max_blocks"] == 6
+    over = [t for t in run.truth if len(t.blocks) > 1]
+    lines = [line.replace("'max_blocks': 6", "'max_blocks': 1") for line in lines]
+    assert ingest(tmp_path / "k1", run, lines=lines)[1] == [
+        f"S2 {t.rid}: {len(t.blocks)} blocks relocated > K = 1" for t in over]
+
+
+def test_relocation_with_k_unknown_fires(tmp_path):
+    run = simulate("scr")
+    lines = [line.replace("'max_blocks': 6, ", "") for line in run.log_lines if "[kvreuse-site]" not in line]
     _, failures = ingest(tmp_path, run, lines=lines)
     assert len(failures) == 1 and failures[0].startswith("S2 ") and "K is unknown" in failures[0]
     assert ingest(tmp_path / "k", run, lines=lines, max_blocks=6)[1] == []
