@@ -304,8 +304,9 @@ class ScrRuntime:
         req.prefix_indices = torch.cat([req.prefix_indices.to(torch.int64), slots.to(torch.int64)])
         # SGLang counts the spliced rows again in prepare_for_extend: the authors' double count.
         req.cached_tokens += n
-        req.skip_radix_cache_insert = True
-        state.outside_tree = True
+        if not cfg.relocated_in_tree:
+            req.skip_radix_cache_insert = True
+            state.outside_tree = True
         state.moved += n
         state.blocks += 1
         self.spliced_blocks += 1

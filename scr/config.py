@@ -38,6 +38,7 @@ launch scripts give the same decisions here.
 | ssm                   | KVREUSE_SSM                      | §2.2  | True         |                        |
 | timing                | KVREUSE_TIMING                   | §2.2  | False        |                        |
 | timing_every          | KVREUSE_TIMING_EVERY             | §2.2  | 50           |                        |
+| relocated_in_tree     | KVREUSE_RELOCATED_IN_TREE        | ours  | False        | their code: True (§7.5)|
 
 Knobs left out, and why:
 
@@ -114,6 +115,9 @@ class ScrConfig:
     ssm: bool = True  # keep the recurrent-state shadow; off declines fork/strict on hybrids (§9)
     timing: bool = False  # optional profiling lines
     timing_every: int = 50  # intercepts per profiling line
+    # Ours, not the authors': False keeps relocated rows out of the shared radix tree (their README's
+    # design); True caches a spliced request like any other, relocated rows included (their code).
+    relocated_in_tree: bool = False
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any]) -> "ScrConfig":
@@ -146,7 +150,7 @@ ENV_VARS: dict[str, str] = {
     "match_min_ratio": "KVREUSE_MATCH_MIN_RATIO", "match_min_prefix_frac": "KVREUSE_MATCH_MIN_PREFIX_FRAC",
     "match_min_overlap": "KVREUSE_MATCH_MIN_OVERLAP", "match_ambig_margin": "KVREUSE_MATCH_AMBIG_MARGIN",
     "t6_guard": "KVREUSE_T6_GUARD", "ssm": "KVREUSE_SSM", "timing": "KVREUSE_TIMING",
-    "timing_every": "KVREUSE_TIMING_EVERY",
+    "timing_every": "KVREUSE_TIMING_EVERY", "relocated_in_tree": "KVREUSE_RELOCATED_IN_TREE",
 }
 
 # Read by the overlay but dead on the default path (see the module docstring): ignored.

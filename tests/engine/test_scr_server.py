@@ -166,6 +166,31 @@ def test_request_finishing_on_its_first_token_marks_its_state_stale(scr_server):
     assert "ssm snapshot dropped: rid=stale.0" in scr_server.log_text()
 
 
+def test_concurrent_conversations_relocate_and_return_every_slot(scr_server):
+    """Four conversations at once: plans wait for the chunked slot (DEFERRED-RETRY), a phase-1
+    request owns its prefill rounds, and the idle leak check (strict) finds nothing afterwards."""
+    import threading
+
+    failures = []
+
+    def run(number: int) -> None:
+        try:
+            run_turns(scr_server, conversation(200 + number), f"conc{number}", max_new_tokens=16)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=run, args=(number,)) for number in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    events = [e for number in range(4) for e in events_of(scr_server, f"conc{number}", 3)]
+    assert all(e["prefix_reused"] + e["moved"] + e["read"] == e["prompt_tokens"] for e in events)
+    assert sum(e["moved"] > 0 for e in events) >= 4
+    scr_server.flush_cache()  # idle: SGLang's strict leak check runs; a leak is a fatal line
+
+
 @pytest.fixture(scope="module")
 def off_pair(tiny_model_dir, tmp_path_factory):
     """The same conversation under ``kvreuse:off`` on scr and on radix (same SGLang flags)."""
@@ -187,3 +212,25 @@ def test_kvreuse_off_matches_radix_exactly(off_pair):
     assert off_pair["scr"] == off_pair["radix"]  # ids, logprobs, cached_tokens per turn
     assert [e["moved"] for e in off_pair["scr_events"]] == [0, 0, 0]
     assert "kv6trace ev=req rid=off." not in off_pair["scr_log"]
+
+
+def test_relocated_rows_in_the_tree_serve_the_next_append(tiny_model_dir, tmp_path_factory):
+    """``relocated_in_tree=1`` (the authors' code): the edited turn is cached like any request,
+    relocated rows included, so the append turn after it hits the tree past the first stop; with
+    the default, the tree holds only what phase 1 read exactly (up to the first stop)."""
+    first, second, _ = conversation(91)
+    fourth = second + prompt_ids(92, 30)
+    hits = {}
+    for setting in ("0", "1"):
+        server = _server(tiny_model_dir, tmp_path_factory, f"tree{setting}",
+                         ["--cache-policy", "scr", *SIDE, "--cache-policy-set", f"relocated_in_tree={setting}"])
+        try:
+            run_turns(server, [first, second, fourth], "tree")
+            events = events_of(server, "tree", 3)
+            server.flush_cache()
+        finally:
+            server.stop()
+        assert server.fatal_lines() == [], server.log_tail()
+        assert events[1]["moved"] > 0
+        hits[setting] = events[2]["prefix_reused"]
+    assert hits["0"] <= 1400 < len(second) - 64 <= hits["1"]

@@ -60,6 +60,7 @@ DEFAULT = ScrConfig()
         pytest.param("ssm", True, id="ssm-shadow-on"),
         pytest.param("timing", False, id="timing-off"),
         pytest.param("timing_every", 50, id="timing_every-50"),
+        pytest.param("relocated_in_tree", False, id="relocated_in_tree-False"),
     ],
 )
 def test_default(name, expected):
@@ -70,7 +71,7 @@ def test_default(name, expected):
 def test_every_field_has_a_default_case_and_an_env_var():
     names = [f.name for f in dataclasses.fields(ScrConfig)]
     assert list(ENV_VARS) == names
-    assert len(names) == 31
+    assert len(names) == 32
 
 
 def test_docstring_table_lists_every_field_with_its_env_var():
@@ -209,6 +210,7 @@ def test_valid_edge_values(settings):
         pytest.param("KVREUSE_SSM", "0", "ssm", False, id="SSM-0"),
         pytest.param("KVREUSE_TIMING", "1", "timing", True, id="TIMING-1"),
         pytest.param("KVREUSE_TIMING_EVERY", "10", "timing_every", 10, id="TIMING_EVERY-10"),
+        pytest.param("KVREUSE_RELOCATED_IN_TREE", "1", "relocated_in_tree", True, id="RELOCATED_IN_TREE-1"),
         pytest.param("KVREUSE_MAX_BLOCKS", " 3 ", "max_blocks", 3, id="int-python-int-strips-spaces"),
         pytest.param("KVREUSE_MATCH_MIN_RATIO", "1", "match_min_ratio", 1.0, id="float-from-int-text"),
     ],
@@ -274,6 +276,8 @@ def test_env_enabled_requires_exactly_1(raw, expected):
         pytest.param("KVREUSE_SSM", "-1", "KVREUSE_SSM='-1' (ssm): expected 0 or 1", id="SSM-neg"),
         pytest.param("KVREUSE_TIMING", "01", "KVREUSE_TIMING='01' (timing): expected 0 or 1", id="TIMING-01"),
         pytest.param("KVREUSE_TIMING_EVERY", "0", "KVREUSE_TIMING_EVERY='0' (timing_every): must be >= 1", id="TIMING_EVERY-0"),
+        pytest.param("KVREUSE_RELOCATED_IN_TREE", "yes", "KVREUSE_RELOCATED_IN_TREE='yes' (relocated_in_tree): "
+                     "expected 0 or 1", id="RELOCATED_IN_TREE-yes"),
     ],
 )  # fmt: skip
 def test_env_invalid(var, raw, message):
