@@ -39,9 +39,11 @@ what the idle scheduler no longer has, logged).
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass
 
+import sglang
 import torch
 
 from patches.events import EventWriter
@@ -50,6 +52,7 @@ from patches.rope import rerotate_keys_from_cache
 from patches.scr_store import SideBuffer, StateShadow
 from policy.events import RequestEvent
 from scr import log_lines
+from scr.config import AUTHORS_DEFAULTS, ENV_VARS, ScrConfig
 from scr.cursor import Splice, SpliceCursor
 from scr.gates import Gate, ssm_ready
 from scr.intercept import Intercept
@@ -103,6 +106,8 @@ class ScrRuntime:
         self.spliced_tokens = 0
         self.aborts = 0
         self.stolen = 0
+        self._log(log_lines.scr_start_line(self.config.enabled, sglang.__version__, authors_env(self.config)))
+        self._log(log_lines.site_banner(self.config, os.getpid()))
         self._log(log_lines.side_buffer_line(self.side.sessions, self.side.tokens, self.side.bytes_per_token))
         if self.shadow is not None:
             gib = (sum(c.numel() * c.element_size() for c in self.shadow.conv)
@@ -536,3 +541,11 @@ def find_rotary(model):
             return module
     return None
 
+
+
+def authors_env(config: ScrConfig) -> dict[str, str]:
+    """The authors' ``config.DEFAULTS`` keys as this server runs them (for their ``[scr]`` line):
+    our settings where a field exists, the process environment for the dead ones."""
+    values = {var: getattr(config, name) for name, var in ENV_VARS.items() if var in AUTHORS_DEFAULTS}
+    text = {var: ("1" if v else "0") if isinstance(v, bool) else str(v) for var, v in values.items()}
+    return {**os.environ, **text}

@@ -68,7 +68,8 @@ def events_of(server, prefix: str, count: int) -> list[dict]:
 def log_records(server, kind: str, rid: str | None = None) -> list[dict]:
     out = []
     for line in server.log_text().splitlines():
-        parsed = parse_line(line[line.find("[kvreuse]"):]) if "[kvreuse]" in line else None
+        text = line.split("] ", 1)[1] if line.startswith("[20") and "] " in line else line  # drop the time
+        parsed = parse_line(text) if text.startswith(("[kvreuse", "[scr]")) else None
         if parsed and parsed["kind"] == kind and (rid is None or parsed.get("rid") == rid):
             out.append(parsed)
     return out
@@ -85,6 +86,8 @@ def test_middle_deletions_relocate_rows_on_later_turns(scr_server):
         # SGLang counts the relocated rows twice in cached_tokens (scr_spec §7.5, §12).
         assert record["cached_tokens"] == event["prefix_reused"] + 2 * event["moved"]
         assert len(record["output_ids"]) == 8
+    (banner,) = log_records(scr_server, "scr_site")  # what the authors' report reads K from
+    assert banner["max_blocks"] == MAX_BLOCKS and banner["splice_retry"] == 8
     for number in (2, 3):
         splices = log_records(scr_server, "splice_ok", f"edit.{number}")
         assert splices and sum(s["relocated"] for s in splices) == events[number - 1]["moved"]
