@@ -176,6 +176,12 @@ class Agent:
                 status, stats["hit_lm_call_cap"] = "lm_call_cap", 1
                 break
             if cfg.mode == "clm":
+                if stats["lm_calls"]:  # budget notices about the context as it now stands
+                    estimate = budget.estimate(messages)
+                    for kind, ratio in budget.nudges(estimate):
+                        stats["nudges"] += 1
+                        pending_notes.append(NUDGE.format(ratio=ratio, tokens=estimate, budget=cfg.context_budget_tokens)
+                                             if kind == "ratio" else URGENT.format(tokens=estimate, limit=cfg.strict_target))
                 remaining = cfg.max_steps - steps
                 if remaining <= cfg.finalize_nudge_turns:
                     pending_notes.append(FINALIZE.format(n=remaining))
@@ -271,13 +277,6 @@ class Agent:
                 stats["free_ctx_turns"] += 1
             else:
                 steps += 1
-            if cfg.mode == "clm":
-                estimate = budget.estimate(messages)
-                for kind, ratio in budget.nudges(estimate):
-                    stats["nudges"] += 1
-                    text = (NUDGE.format(ratio=ratio, tokens=estimate, budget=cfg.context_budget_tokens)
-                            if kind == "ratio" else URGENT.format(tokens=estimate, limit=cfg.strict_target))
-                    pending_notes.append(text)
         else:
             status = status or "max_iterations"
 

@@ -6,7 +6,7 @@
 The first run (or ``--baseline``) is the reference of the paired statistics. The command refuses
 (exit 2) to compare runs whose manifests differ in anything but the policy (model, server settings
 that must match, SGLang version, agent config, retrieval, dataset and question list, concurrency,
-git commit; ``run.comparable``); ``--ignore KEY`` lets a named difference through and prints it in
+the agent code's fingerprint; ``run.comparable``; the git commit is shown, not compared); ``--ignore KEY`` lets a named difference through and prints it in
 the table. Each run must have been scored (``python -m eval.bcp.run judge|score``).
 
 Token accounting comes from each run's ``events.jsonl`` (the server's ``--cache-events`` lines of

@@ -65,6 +65,19 @@ def git_state(root: Path = ROOT) -> dict:
     return {"commit": git("rev-parse", "HEAD") or None, "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
 
 
+# The code that shapes a trajectory. The git commit is recorded too, but not compared: a shared
+# checkout moves on while the arms run, and what matters is that the agent's code did not change.
+AGENT_CODE = ("agent.py", "clm.py", "client.py", "config.py", "tools.py", "retrieval.py", "run.py")
+
+
+def code_fingerprint() -> str:
+    h = hashlib.sha256()
+    for name in AGENT_CODE:
+        path = Path(__file__).with_name(name)
+        h.update(name.encode() + b"\0" + (path.read_bytes() if path.exists() else b"") + b"\0")
+    return h.hexdigest()[:16]
+
+
 def dataset_fingerprint(queries, corpus_fingerprint: str) -> str:
     h = hashlib.sha256(corpus_fingerprint.encode())
     for q in queries:
@@ -109,7 +122,7 @@ def comparable(manifest: dict) -> dict:
         "dataset": manifest.get("dataset", {}).get("fingerprint"),
         "questions": manifest.get("dataset", {}).get("question_ids"),
         "concurrency": manifest.get("run", {}).get("concurrency"),
-        "git_commit": manifest.get("run", {}).get("git", {}).get("commit"),
+        "agent_code": manifest.get("run", {}).get("code_fingerprint"),
     }
 
 
@@ -147,7 +160,9 @@ def prepare_manifest(run_dir: Path, manifest: dict) -> None:
             diff = sorted(k for k in comparable(old) if comparable(old)[k] != comparable(manifest)[k])
             raise SystemExit(f"{run_dir} holds a different run (differs in {diff or ['policy/run_id']}); "
                              f"use another --out")
-        manifest = {**manifest, "created": old.get("created"), "resumed": old.get("resumed", 0) + 1}
+        # Keep what earlier invocations recorded (creation time, the judge) and count the resumptions.
+        manifest = {**old, **{k: v for k, v in manifest.items() if v is not None or k not in old},
+                    "created": old.get("created"), "resumed": old.get("resumed", 0) + 1}
     journal_mod.write_json_atomic(path, manifest)
 
 
@@ -432,12 +447,13 @@ def cmd_run(args) -> int:
                     "total_queries": len(dataset.queries), "question_ids": [q.query_id for q in queries],
                     "selection": {"limit": args.limit, "subset": args.subset, "subset_seed": args.subset_seed}},
         "run": {"concurrency": 1, "order": "dataset order", "seed": config.seed, "git": git_state(),
+                "code_fingerprint": code_fingerprint(),
                 "events_source": str(args.events) if args.events else None},
         "not_a_result": args.not_a_result,
     }
     judge = None
     if args.judge_server:
-        judge = make_judge(args.judge_server, args.judge_model, args.out / "judge_cache.jsonl")
+        judge = make_judge(args.judge_server, args.judge_model, args.out / "judge_cache.jsonl", args.judge_max_tokens)
         manifest["judge"] = judge.describe()
     setup = RunSetup(run_dir=args.out, run_id=run_id, policy=args.policy, config=config, queries=queries,
                      make_toolbox=make_toolbox_factory(searcher, config),
@@ -460,7 +476,7 @@ def prompts_fingerprint() -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def make_judge(url: str, model: str | None, cache_path: Path):
+def make_judge(url: str, model: str | None, cache_path: Path, max_tokens: int = 4096):
     from eval.bcp import judge as judge_mod
 
     if not model:
@@ -468,7 +484,7 @@ def make_judge(url: str, model: str | None, cache_path: Path):
             model = http_get(url, "/v1/models")["data"][0]["id"]
         except Exception:
             model = "default"
-    return JudgeAdapter(judge_mod.Judge(url, model=model, cache_path=cache_path))
+    return JudgeAdapter(judge_mod.Judge(url, model=model, cache_path=cache_path, max_tokens=max_tokens))
 
 
 def cmd_judge(args) -> int:
@@ -476,7 +492,7 @@ def cmd_judge(args) -> int:
 
     manifest, _ = load_run(args.run)
     dataset = data.load_dataset(Path(args.dataset or manifest["dataset"]["path"]))
-    judge = make_judge(args.judge_server, args.judge_model, args.run / "judge_cache.jsonl")
+    judge = make_judge(args.judge_server, args.judge_model, args.run / "judge_cache.jsonl", args.judge_max_tokens)
     judgments = judge_run(args.run, judge, {q.query_id: q for q in dataset.queries})
     summary = score(args.run, {q.query_id: q for q in dataset.queries})
     failures = sum(bool(j.get("parse_error")) for j in judgments)
@@ -518,12 +534,14 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--not-a-result", default=None, metavar="REASON", help="stamp the run (tests, smoke runs)")
     run.add_argument("--judge-server", default=None, help="judge each question as it finishes")
     run.add_argument("--judge-model", default=None)
+    run.add_argument("--judge-max-tokens", type=int, default=4096)
     run.add_argument("--no-progress", action="store_true")
     run.set_defaults(func=cmd_run)
     judge = commands.add_parser("judge", help="judge a run's completed questions, then score")
     judge.add_argument("--run", type=Path, required=True)
     judge.add_argument("--judge-server", required=True)
     judge.add_argument("--judge-model", default=None)
+    judge.add_argument("--judge-max-tokens", type=int, default=4096)
     judge.add_argument("--dataset", type=Path, default=None, help="default: the manifest's")
     judge.set_defaults(func=cmd_judge)
     score_parser = commands.add_parser("score", help="metrics from run files and judgments")

@@ -26,7 +26,7 @@ def setup(tmp_path, endpoint, queries=QUERIES):
     config = AgentConfig(mode="plain", finish_policy="text", max_steps=5)
     manifest = {"schema": 1, "run_id": "run1", "policy": "radix", "agent": {"config": config.to_dict()},
                 "dataset": {"fingerprint": "f", "question_ids": [q.query_id for q in queries]},
-                "server": {"kind": "stub"}, "run": {"concurrency": 1, "git": {"commit": "c"}}}
+                "server": {"kind": "stub"}, "run": {"concurrency": 1, "git": {"commit": "c"}, "code_fingerprint": "x"}}
     return RunSetup(run_dir=tmp_path / "run1", run_id="run1", policy="radix", config=config, queries=queries,
                     make_toolbox=FakeToolBox, post=endpoint, model="m", manifest=manifest, progress=False)
 
