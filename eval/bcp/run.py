@@ -185,7 +185,7 @@ def execute(setup: RunSetup) -> list[dict]:
                         log=lambda row: _append_jsonl(client_log, row))
     agent = Agent(setup.config, client, setup.make_toolbox, model_name=setup.model)
     records = {r["query_id"]: r for r in jr.records()}
-    judged = {qid: r.get("judgment", {}).get("correct") for qid, r in records.items()}
+    judged = {qid: j.get("correct") for qid, j in read_judgments(run_dir).items() if qid in records}
     bar = tqdm(total=len(setup.queries), initial=sum(1 for q in setup.queries if jr.is_done(q.query_id)),
                desc=f"bcp {setup.policy}", unit="q", disable=not setup.progress)
 

@@ -95,3 +95,18 @@ def test_rid_helpers():
     assert journal_mod.parse_rid("my.run.7~2.0013") == ("my.run", "7", 2, 13)
     assert journal_mod.parse_rid("my.run.7.0000") == ("my.run", "7", 0, 0)
     assert journal_mod.parse_rid("0123abcdef") is None
+
+
+def test_inline_judging_and_the_progress_bar(tmp_path, capsys):
+    from tests.unit.test_bcp_compare import FakeJudge
+
+    run_setup = setup(tmp_path, FakeEndpoint(two_turn_script(2)), QUERIES[:2])
+    run_setup.judge = FakeJudge({"1": True, "2": None})
+    run_setup.progress = True
+    execute(run_setup)
+    bar = capsys.readouterr().err
+    assert "2/2" in bar and "acc=50.0%" in bar and "tok=" in bar
+    judge_dir = tmp_path / "run1" / "judge"
+    assert json.loads((judge_dir / "1.json").read_text())["correct"] is True
+    failed = json.loads((judge_dir / "2.json").read_text())
+    assert failed["parse_error"] is True and failed["correct"] is False
