@@ -26,10 +26,10 @@ the stop. Where this port differs from the authors' code, and why:
   inserts the request, spliced rows included, when it is cached): after the first splice the
   request is marked ``skip_radix_cache_insert``, so the tree keeps what phase 1 read exactly
   (``[0, stop_1)``) and SGLang frees the request's own rows, relocated ones included, at release;
-* the state restore at block 1 is a direct copy at the splice (the request's state slot exists,
-  the deferred copy-on-write was consumed by phase 1); the same-round "direct splice" (a radix
-  match ending exactly at the stop) is served plainly instead, because SGLang's deferred
-  copy-on-write would overwrite a restored state (spec §9.6);
+* the state restore at block 1 is a direct copy at the splice; on the same-round "direct splice"
+  (a radix match ending exactly at the stop, before admission) SGLang's staged copy-on-write from
+  the matched node is cancelled first, so it cannot overwrite the restored state (spec §9.6), and
+  the splice is undone if the request is not admitted that round;
 * a request re-queued by preemption is not admitted to its session a second time.
 
 Per-request state lives in one dict keyed by rid, released in ``on_release`` (``on_idle`` drops
@@ -78,6 +78,7 @@ class _Request:
     blocks: int = 0  # blocks spliced
     state_saved: bool = False  # a prefill-end state snapshot was taken for this request
     outside_tree: bool = False  # spliced: keep the request out of the radix tree
+    direct: tuple | None = None  # (slots, rows) spliced on the waiting queue, not yet admitted
 
 
 class ScrRuntime:
@@ -226,9 +227,9 @@ class ScrRuntime:
             state.cursor = None
             return
         if decision.action == "direct_splice":
-            self._log(f"[kvreuse] kv6 rid={req.rid} plan not run (radix match ends at the stop {radix_n0}: "
-                      "same-round splice not supported)", debug=True)
-            state.cursor = None
+            # The radix match ends exactly at the first stop: splice before admission (§7.2 step 8).
+            state.radix_n0 = radix_n0
+            self._splice(req, state, state.cursor.at_prefix(radix_n0), direct=True)
             return
         state.phase1, state.radix_n0 = True, radix_n0
         stop = state.cursor.stop
@@ -272,8 +273,11 @@ class ScrRuntime:
         self.aborts += 1
         self._log(log_lines.format_line("phase1_aborted", reason=reason, aborts=self.aborts))
 
-    def _splice(self, req, state: _Request, splice: Splice) -> None:
-        """§7.5: relocate one block's rows to the end of the prefix, then arm the next block."""
+    def _splice(self, req, state: _Request, splice: Splice, direct: bool = False) -> None:
+        """§7.5: relocate one block's rows to the end of the prefix, then arm the next block.
+
+        ``direct``: on the waiting queue, before admission; ``add_one_req`` undoes it if the
+        request is not admitted this round (SGLang matches it again at the next pass)."""
         block, prefix = splice.block, len(req.prefix_indices)
         n = block.num_rows
         full_len = len(req.full_untruncated_fill_ids)
@@ -281,6 +285,9 @@ class ScrRuntime:
         slot = session.side_slot if session is not None else None
         if n <= 0 or slot is None or self.rotary is None or full_len - prefix - n < 1:
             self._give_up(req, state, f"nothing to splice (rows={n} slot={slot} left={full_len - prefix - n})")
+            return
+        if splice.arm_restore and (self.shadow is None or req.mamba_pool_idx is None):
+            self._give_up(req, state, "no state slot to restore into")
             return
         slots = self._alloc(n)
         if slots is None:
@@ -318,6 +325,8 @@ class ScrRuntime:
         self.spliced_tokens += n
         if splice.arm_restore:
             self._restore_state(req, state, slot)
+        if direct:
+            state.direct = (slots, n)
         left = full_len - prefix - n
         self._log(log_lines.format_line(
             "phase2", rid=req.rid, prefilled_chunk1=block.new_start - state.radix_n0 if splice.index == 1 else 0,
@@ -401,7 +410,13 @@ class ScrRuntime:
             self._abort(req, state, "another request is already chunked", restore_lengths=True)
             in_phase1 = False
         result = original(adder, req, *args, **kwargs)
-        if in_phase1 and adder.can_run_list and adder.can_run_list[-1] is req:
+        admitted = bool(adder.can_run_list) and adder.can_run_list[-1] is req
+        if state is not None and state.direct is not None:
+            if not admitted:
+                self._undo_direct_splice(req, state)
+                return result
+            state.direct = None
+        if in_phase1 and admitted:
             if req.extend_range.end > state.cursor.stop:
                 self._abort(req, state, f"admitted extend ends at {req.extend_range.end} > |A|+|B'| {state.cursor.stop}")
             elif adder.new_chunked_req is None or adder.new_chunked_req is req:
@@ -410,6 +425,23 @@ class ScrRuntime:
             else:
                 self._abort(req, state, "another request became the chunked request")
         return result
+
+    def _undo_direct_splice(self, req, state: _Request) -> None:
+        """The request waits another round: return the slots, plan again at its next pass."""
+        slots, n = state.direct
+        self.allocator.free(slots)
+        req.prefix_indices = req.prefix_indices[: state.radix_n0]
+        req.cached_tokens -= n
+        req.skip_radix_cache_insert = False
+        state.direct, state.outside_tree, state.phase1 = None, False, False
+        state.moved -= n
+        state.blocks -= 1
+        self.spliced_blocks -= 1
+        self.spliced_tokens -= n
+        outcome = state.outcome
+        state.cursor = SpliceCursor(outcome.blocks, outcome.lead_new_end, outcome.config.splice_retry,
+                                    state.gate.restore)
+        self._log(f"[kvreuse] kv6 rid={req.rid} direct splice undone (not admitted this round)", debug=True)
 
     def add_chunked_req(self, original, adder, req):
         state = self._reqs.get(req.rid)

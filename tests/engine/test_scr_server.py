@@ -108,6 +108,22 @@ def test_relocated_rows_are_the_surviving_text(scr_server):
     assert splice["relocated"] == (2400 - 1600) - 16
 
 
+def test_deletion_at_a_state_checkpoint_splices_before_admission(scr_server):
+    """The deletion starts at 1280, a chunk end (5 x 256) where the tree holds a state: the radix
+    match ends exactly at the stop, so the block is spliced on the waiting queue with no phase 1
+    (spec §7.2 step 8), and the restore replaces the state copied from the matched node."""
+    first = prompt_ids(35, 2400)
+    second = first[:1280] + first[1480:] + prompt_ids(36, 40)
+    records = run_turns(scr_server, [first, second], "direct")
+    event = events_of(scr_server, "direct", 2)[1]
+    assert not log_records(scr_server, "phase1", "direct.2")
+    (phase2,) = log_records(scr_server, "phase2", "direct.2")
+    assert phase2["prefilled_chunk1"] == 0
+    assert event["prefix_reused"] == 1280 and event["moved"] == (2400 - 1480) - 16
+    assert records[1]["cached_tokens"] == 1280 + 2 * event["moved"]
+    assert any("ev=ssm_restore" in line and "rid=direct.2 " in line for line in scr_server.log_text().splitlines())
+
+
 def test_two_deleted_sections_make_two_blocks(scr_server):
     first = prompt_ids(31, 2400)
     second = first[:1300] + first[1400:1900] + first[2000:] + prompt_ids(32, 40)
