@@ -18,6 +18,13 @@ class RadixConfig:
     """Radix has no settings of its own: SGLang's flags configure it."""
 
 
+def tree_hit_plan(arrival: Arrival) -> Plan:
+    """Reuse what the prefix tree serves, read the rest of the prompt."""
+    prompt_len = len(arrival.tokens)
+    steps = (Extend(arrival.tree_hit, prompt_len),) if arrival.tree_hit < prompt_len else ()
+    return Plan(rid=arrival.rid, resume=arrival.tree_hit, steps=steps)
+
+
 class RadixPolicy:
     name: ClassVar[str] = "radix"
 
@@ -25,9 +32,7 @@ class RadixPolicy:
         self.config = config
 
     def plan(self, arrival: Arrival) -> Plan:
-        prompt_len = len(arrival.tokens)
-        steps = (Extend(arrival.tree_hit, prompt_len),) if arrival.tree_hit < prompt_len else ()
-        return Plan(rid=arrival.rid, resume=arrival.tree_hit, steps=steps)
+        return tree_hit_plan(arrival)
 
     def release(self, release: Release) -> None:
         return None

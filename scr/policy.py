@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import ClassVar, Mapping, Sequence
 
-from policy.api import Arrival, Extend, Plan, Release
+from policy.api import Arrival, Plan, Release
+from policy.radix import tree_hit_plan
 from scr.config import ScrConfig, parse_request_knobs
 from scr.intercept import Intercept, intercept
 from scr.sessions import SessionTable
@@ -28,9 +29,7 @@ class ScrPolicy:
     # ------------------------------------------------------------------ the seam
 
     def plan(self, arrival: Arrival) -> Plan:
-        prompt_len = len(arrival.tokens)
-        steps = (Extend(arrival.tree_hit, prompt_len),) if arrival.tree_hit < prompt_len else ()
-        return Plan(rid=arrival.rid, resume=arrival.tree_hit, steps=steps)
+        return tree_hit_plan(arrival)
 
     def release(self, release: Release) -> None:
         return None
