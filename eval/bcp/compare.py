@@ -34,7 +34,7 @@ from eval.bcp import stats
 from eval.bcp.run import MANIFEST, comparable
 
 PAPER = {  # eval_spec.md §0.3 / §5.9: plain SGLang and SCR on BCP-830 (reported)
-    "accuracy": ("60.2", "60.2"), "pflops": ("10.98", "7.14"), "ratio": ("1", "0.650"), "relocated_share": ("0", "7.8%"),
+    "accuracy": ("60.2%", "60.2%"), "pflops": ("10.98", "7.14"), "ratio": ("1", "0.650"), "relocated_share": ("0", "7.8%"),
 }
 STAMP = "NOT A RESULT"
 
@@ -103,7 +103,7 @@ def load_arm(name: str, path: Path, out: Path, model_config: Path | None) -> Arm
     return arm
 
 
-def check_comparable(arms: list[Arm], ignore: set[str]) -> list[str]:
+def check_comparable(arms: list[Arm], ignore: set[str], same_policy: bool = False) -> list[str]:
     """Differences other than the policy; raises CompareError unless every one is ignored."""
     base = comparable(arms[0].manifest)
     notes, problems = [], []
@@ -115,7 +115,7 @@ def check_comparable(arms: list[Arm], ignore: set[str]) -> list[str]:
                 line = f"{arm.name} vs {arms[0].name}: {key} differs{detail}"
                 (notes if key in ignore else problems).append(line)
     policies = [a.policy for a in arms]
-    if len(set(policies)) != len(policies):
+    if not same_policy and len(set(policies)) != len(policies):
         problems.append(f"two runs share a policy: {policies}")
     if problems:
         raise CompareError("runs differ in more than the policy:\n  " + "\n  ".join(problems))
@@ -188,10 +188,13 @@ def _num(x, digits=2) -> str:
 
 
 def build(arms: list[Arm], *, margin: float, notes: list[str], body_params: float, pair_flops: int,
-          resamples: int = 10_000, seed: int = 0) -> dict:
+          resamples: int = 10_000, seed: int = 0, aa: Arm | None = None) -> dict:
     base = arms[0]
     qids = list(base.manifest["dataset"]["question_ids"])
     correct = {a.name: {q: bool(a.per_question.get(q, {}).get("correct")) for q in qids} for a in arms}
+    floor = None
+    if aa is not None:
+        floor = stats.noise_floor(correct[base.name], {q: bool(aa.per_question.get(q, {}).get("correct")) for q in qids})
     tokens = {a.name: question_tokens(a, body_params, pair_flops) for a in arms}
     paired = {a.name: stats.compare_arms(correct[base.name], correct[a.name], margin=margin,
                                          num_resamples=resamples, seed=seed) for a in arms[1:]}
@@ -233,6 +236,9 @@ def build(arms: list[Arm], *, margin: float, notes: list[str], body_params: floa
     row("accuracy", f"TOST ±{100 * margin:g} pp (90% CI)", per_arm(lambda a: "—" if a is base else "{} [{:+.1f}, {:+.1f}]".format(
         "equivalent" if paired[a.name]["tost"]["equivalent"] else "not shown equivalent",
         100 * paired[a.name]["tost"]["ci_low"], 100 * paired[a.name]["tost"]["ci_high"])))
+    row("accuracy", f"A/A discordance (noise floor: {base.name} twice)", per_arm(
+        lambda a: "—" if floor is None else (f"{floor['discordance']:.3f} (b {floor['b']}, c {floor['c']})" if a is base
+                                             else f"{paired[a.name]['paired']['discordance']:.3f} here")))
     row("accuracy", "completed", per_arm(lambda a: f"{a.summary['completed']}/{a.summary['questions']}"))
     row("accuracy", "judged; judge failures (counted wrong)", per_arm(lambda a: f"{a.summary['judged']}; {a.summary['judge_parse_errors']}"))
 
@@ -325,7 +331,7 @@ def build(arms: list[Arm], *, margin: float, notes: list[str], body_params: floa
     return {"arms": [a.name for a in arms], "policies": [a.policy for a in arms], "baseline": base.name,
             "margin": margin, "rows": [{"group": g, "row": l, "values": v, "paper": list(p)} for g, l, v, p in table],
             "notes": notes, "not_a_result": stamped, "checks": {a.name: a.checks for a in arms},
-            "stats": {"paired": paired, "pflops": pf, "ratio": ratio},
+            "stats": {"paired": paired, "pflops": pf, "ratio": ratio, "noise_floor": floor},
             "per_question": {a.name: {q: {"correct": correct[a.name][q], **tokens[a.name].get(q, {})} for q in qids} for a in arms}}
 
 
@@ -445,22 +451,31 @@ def plots(result: dict, out: Path) -> list[Path]:
     finish(fig, "accuracy_ci.png", "Accuracy per arm and paired differences")
 
     # 2. per-question PFLOPs vs the baseline
-    fig, ax = plt.subplots(figsize=(4.8, 4.4))
+    from matplotlib.lines import Line2D
+
+    fig, ax = plt.subplots(figsize=(5.2, 4.6))
     colors = {(True, True): "tab:green", (True, False): "tab:orange", (False, True): "tab:blue", (False, False): "0.6"}
-    top = 0.0
+    points = []
     for arm, marker in zip(arms[1:], "os^"):
         for q, v in pq[arm].items():
             x, y = pq[base][q].get("pflops", 0), v.get("pflops", 0)
             if x > 0 and y > 0:
                 ax.scatter(x, y, marker=marker, color=colors[(pq[base][q]["correct"], v["correct"])], s=18)
-                top = max(top, x, y)
-    if top > 0:
+                points += [x, y]
+    if points:
+        lo, hi = min(points) / 2, max(points) * 2
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.plot([top * 1e-4, top], [top * 1e-4, top], "k--", lw=0.7)
+        ax.plot([lo, hi], [lo, hi], "k--", lw=0.7)
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(lo, hi)
+    handles = [Line2D([], [], ls="", marker=m, color="k", label=a) for a, m in zip(arms[1:], "os^")]
+    handles += [Line2D([], [], ls="", marker="o", color=c, label=l) for c, l in
+                (("tab:green", "correct in both"), ("tab:orange", f"{base} only"), ("tab:blue", "arm only"), ("0.6", "neither"))]
+    ax.legend(handles=handles, fontsize=7)
     ax.set_xlabel(f"{base} PFLOPs per question")
-    ax.set_ylabel("other arm PFLOPs per question")
-    finish(fig, "pflops_paired.png", "Per-question prefix-reuse PFLOPs (colour: correct in both/base/arm/neither)")
+    ax.set_ylabel("arm PFLOPs per question")
+    finish(fig, "pflops_paired.png", f"Per-question PFLOPs vs {base}")
 
     # 3. prompt-token provenance shares
     fig, ax = plt.subplots(figsize=(6, 3.6))
@@ -500,6 +515,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline", default=None, help="the reference arm (default: the first)")
     parser.add_argument("--margin", type=float, default=3.0, help="equivalence margin in percentage points")
     parser.add_argument("--model-config", type=Path, default=None, help="config.json for N_body (default Qwen3.6-27B)")
+    parser.add_argument("--aa", type=Path, default=None, metavar="DIR",
+                        help="a second run of the baseline policy: its discordance with the baseline is the A/A noise floor")
     parser.add_argument("--ignore", action="append", default=[], help="a manifest key allowed to differ (see run.comparable)")
     parser.add_argument("--resamples", type=int, default=10_000)
     args = parser.parse_args(argv)
@@ -518,8 +535,14 @@ def main(argv: list[str] | None = None) -> int:
         geometry = geometry_from_config(json.loads(args.model_config.read_text())) if args.model_config else QWEN36_27B
         arms = [load_arm(name, path, args.out, args.model_config) for name, path in specs]
         notes = check_comparable(arms, set(args.ignore))
+        aa = None
+        if args.aa is not None:
+            aa = load_arm("A/A", args.aa, args.out, args.model_config)
+            if aa.policy != arms[0].policy:
+                raise CompareError(f"--aa {args.aa} has policy {aa.policy!r}, not the baseline's {arms[0].policy!r}")
+            notes += check_comparable([arms[0], aa], set(args.ignore), same_policy=True)
         result = build(arms, margin=args.margin / 100, notes=notes, body_params=n_body(geometry),
-                       pair_flops=flops_per_pair(geometry), resamples=args.resamples)
+                       pair_flops=flops_per_pair(geometry), resamples=args.resamples, aa=aa)
     except CompareError as exc:
         print(f"python -m eval.bcp.compare: refused: {exc}", file=sys.stderr)
         return 2

@@ -141,6 +141,7 @@ class RunSetup:
     model: str
     manifest: dict
     events_source: Path | None = None
+    server_log: Path | None = None  # copied to run_dir/server.log at the end (for `eval.report ingest --log`)
     judge: Any = None  # an object with .grade(query, record) -> dict (inline judging)
     progress: bool = True
 
@@ -220,6 +221,8 @@ def execute(setup: RunSetup) -> list[dict]:
         bar.close()
         if setup.events_source is not None:
             collect_events(setup.events_source, run_dir, setup.run_id, [r for rec in records.values() for r in rec["rids"]])
+        if setup.server_log is not None and Path(setup.server_log).exists():
+            (run_dir / "server.log").write_bytes(Path(setup.server_log).read_bytes())
     return [records[q.query_id] for q in setup.queries if q.query_id in records]
 
 
@@ -458,7 +461,7 @@ def cmd_run(args) -> int:
     setup = RunSetup(run_dir=args.out, run_id=run_id, policy=args.policy, config=config, queries=queries,
                      make_toolbox=make_toolbox_factory(searcher, config),
                      post=http_post(args.server, timeout=config.request_timeout_s), model=model, manifest=manifest,
-                     events_source=args.events, judge=judge, progress=not args.no_progress)
+                     events_source=args.events, server_log=args.server_log, judge=judge, progress=not args.no_progress)
     args.out.mkdir(parents=True, exist_ok=True)
     records = execute(setup)
     print(f"{len(records)} questions in {args.out} ({sum(r['status'] == 'completed' for r in records)} completed)")
@@ -527,6 +530,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--subset", type=int, default=None, help="a stable seeded subset of N questions")
     run.add_argument("--subset-seed", type=int, default=0)
     run.add_argument("--events", type=Path, default=None, help="the server's --cache-events file")
+    run.add_argument("--server-log", type=Path, default=None, help="the server's log, copied into the run at the end")
     run.add_argument("--run-id", default=None, help="rid prefix (default: the --out folder name)")
     run.add_argument("--model", default=None, help="model name to send (default: the server's)")
     run.add_argument("--server-kind", default="real", choices=("real", "stub"))

@@ -49,7 +49,8 @@ def runs(tiny_model_dir, tmp_path_factory):
         with server:
             common = ["--dataset", str(dataset), "--server", server.url, "--policy", policy, "--events", str(events),
                       "--index", str(tmp / "index"), "--limit", str(QUESTIONS), "--no-progress",
-                      "--not-a-result", "tiny test model", "--server-command", " ".join(args)]
+                      "--not-a-result", "tiny test model", "--server-command", " ".join(args),
+                      "--server-log", str(server.log_path)]
             # plain agent, judged inline by the same tiny server
             plain = tmp / "runs" / f"plain-{policy}"
             assert run.main(["run", *common, "--out", str(plain), *PLAIN, "--judge-server", server.url]) == 0
@@ -128,6 +129,7 @@ def test_run_artifacts_are_complete_and_consistent(runs, mode):
         assert summary["judge_parse_errors"] == summary["judged"] == completed
         if completed:
             assert any("judge failure" in r for r in summary["not_a_result"])
+        assert "The server is fired up" in (run_dir / "server.log").read_text()
         per_question = (run_dir / "per_question.csv").read_text().splitlines()
         assert len(per_question) == 1 + QUESTIONS
         assert (run_dir / "evaluation_summary.json").exists()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 
 from eval.bcp import compare
 from eval.bcp.run import execute, judge_run, score
@@ -116,3 +115,14 @@ def test_judge_failures_and_stub_runs_are_stamped_not_a_result(tmp_path):
     md = (out / "table.md").read_text()
     assert md.startswith("# NOT A RESULT") and "judge failure" in md and "server kind 'stub'" in md
     assert "NOT A RESULT" in (out / "table.csv").read_text()
+
+
+def test_compare_with_an_aa_run_reports_the_noise_floor(tmp_path):
+    radix = make_run(tmp_path, "a", "radix", {"1": True, "2": True, "3": False, "4": False}, reused=50)
+    again = make_run(tmp_path, "a2", "radix", {"1": True, "2": False, "3": False, "4": False}, reused=50)
+    exact = make_run(tmp_path, "b", "exact", {"1": True, "2": True, "3": True, "4": False}, reused=50)
+    out = tmp_path / "cmp"
+    assert compare.main(["--runs", str(radix), str(exact), "--aa", str(again), "--out", str(out), "--resamples", "100"]) == 0
+    rows = {(r["group"], r["row"]): r["values"] for r in json.loads((out / "table.json").read_text())["rows"]}
+    assert rows[("accuracy", "A/A discordance (noise floor: radix twice)")] == ["0.250 (b 1, c 0)", "0.250 here"]
+    assert compare.main(["--runs", str(radix), str(exact), "--aa", str(exact), "--out", str(out)]) == 2
