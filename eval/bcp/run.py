@@ -30,7 +30,9 @@ import hashlib
 import json
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Callable
 
@@ -141,6 +143,7 @@ class RunSetup:
     model: str
     manifest: dict
     events_source: Path | None = None
+    concurrency: int = 1
     server_log: Path | None = None  # copied to run_dir/server.log at the end (for `eval.report ingest --log`)
     judge: Any = None  # an object with .grade(query, record) -> dict (inline judging)
     progress: bool = True
@@ -180,10 +183,15 @@ def execute(setup: RunSetup) -> list[dict]:
         jr.note_resume()
     prepare_manifest(run_dir, setup.manifest)
     client_log = run_dir / "client_requests.jsonl"
+    lock = threading.Lock()  # journal, records and the client log are shared by the workers
+
+    def log_row(row: dict) -> None:
+        with lock:
+            _append_jsonl(client_log, row)
+
     client = ChatClient(setup.post, model=setup.model, sampling=setup.config.sampling(),
                         chat_template_kwargs=setup.config.chat_template_kwargs, cache_salt=setup.config.cache_salt,
-                        max_retries=setup.config.max_retries, protocol=setup.config.tool_protocol,
-                        log=lambda row: _append_jsonl(client_log, row))
+                        max_retries=setup.config.max_retries, protocol=setup.config.tool_protocol, log=log_row)
     agent = Agent(setup.config, client, setup.make_toolbox, model_name=setup.model)
     records = {r["query_id"]: r for r in jr.records()}
     judged = {qid: j.get("correct") for qid, j in read_judgments(run_dir).items() if qid in records}
@@ -199,24 +207,39 @@ def execute(setup: RunSetup) -> list[dict]:
             shown["acc"] = f"{sum(grades) / len(finished):.1%}"
         bar.set_postfix(shown)
 
-    postfix()
-    try:
-        for query in setup.queries:
-            if jr.is_done(query.query_id):
-                continue
+    def work(query) -> None:
+        with lock:
             attempt = jr.start(query.query_id)
-            prefix = journal_mod.rid_prefix(setup.run_id, query.query_id, attempt)
-            result = agent.run(query.query_id, query.text, prefix)
-            record = {**result.record, "attempt": attempt, "policy": setup.policy, "run_id": setup.run_id}
-            journal_mod.write_json_atomic(run_dir / "trajectories" / f"{journal_mod.safe_qid(query.query_id)}.json",
-                                          {"query_id": query.query_id, "attempt": attempt, "messages": result.messages})
-            if setup.judge is not None:
-                judgment = judge_one(setup.judge, query, record, run_dir)
+        prefix = journal_mod.rid_prefix(setup.run_id, query.query_id, attempt)
+        result = agent.run(query.query_id, query.text, prefix)
+        record = {**result.record, "attempt": attempt, "policy": setup.policy, "run_id": setup.run_id}
+        journal_mod.write_json_atomic(run_dir / "trajectories" / f"{journal_mod.safe_qid(query.query_id)}.json",
+                                      {"query_id": query.query_id, "attempt": attempt, "messages": result.messages})
+        judgment = judge_one(setup.judge, query, record, run_dir) if setup.judge is not None else None
+        with lock:
+            if judgment is not None:
                 judged[query.query_id] = judgment.get("correct")
             jr.finish(query.query_id, attempt, record)
             records[query.query_id] = record
-            bar.update(1)
-            postfix()
+
+    pending = [q for q in setup.queries if not jr.is_done(q.query_id)]
+    postfix()
+    try:
+        if setup.concurrency <= 1:
+            for query in pending:
+                work(query)
+                bar.update(1)
+                postfix()
+        else:
+            # Questions are started in dataset order, at most `concurrency` at a time.
+            pool = ThreadPoolExecutor(max_workers=setup.concurrency)
+            try:
+                for future in as_completed([pool.submit(work, q) for q in pending]):
+                    future.result()
+                    bar.update(1)
+                    postfix()
+            finally:
+                pool.shutdown(wait=True, cancel_futures=True)
     finally:
         bar.close()
         if setup.events_source is not None:
@@ -449,7 +472,7 @@ def cmd_run(args) -> int:
         "dataset": {"path": str(args.dataset), "fingerprint": dataset_fingerprint(queries, searcher.fingerprint),
                     "total_queries": len(dataset.queries), "question_ids": [q.query_id for q in queries],
                     "selection": {"limit": args.limit, "subset": args.subset, "subset_seed": args.subset_seed}},
-        "run": {"concurrency": 1, "order": "dataset order", "seed": config.seed, "git": git_state(),
+        "run": {"concurrency": args.concurrency, "order": "dataset order", "seed": config.seed, "git": git_state(),
                 "code_fingerprint": code_fingerprint(),
                 "events_source": str(args.events) if args.events else None},
         "not_a_result": args.not_a_result,
@@ -461,7 +484,8 @@ def cmd_run(args) -> int:
     setup = RunSetup(run_dir=args.out, run_id=run_id, policy=args.policy, config=config, queries=queries,
                      make_toolbox=make_toolbox_factory(searcher, config),
                      post=http_post(args.server, timeout=config.request_timeout_s), model=model, manifest=manifest,
-                     events_source=args.events, server_log=args.server_log, judge=judge, progress=not args.no_progress)
+                     events_source=args.events, server_log=args.server_log, concurrency=args.concurrency,
+                     judge=judge, progress=not args.no_progress)
     args.out.mkdir(parents=True, exist_ok=True)
     records = execute(setup)
     print(f"{len(records)} questions in {args.out} ({sum(r['status'] == 'completed' for r in records)} completed)")
@@ -529,6 +553,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--limit", type=int, default=None, help="the first N questions")
     run.add_argument("--subset", type=int, default=None, help="a stable seeded subset of N questions")
     run.add_argument("--subset-seed", type=int, default=0)
+    run.add_argument("--concurrency", type=int, default=1,
+                     help="questions in flight at once (same in every arm; <= the scr side sessions)")
     run.add_argument("--events", type=Path, default=None, help="the server's --cache-events file")
     run.add_argument("--server-log", type=Path, default=None, help="the server's log, copied into the run at the end")
     run.add_argument("--run-id", default=None, help="rid prefix (default: the --out folder name)")

@@ -110,3 +110,33 @@ def test_inline_judging_and_the_progress_bar(tmp_path, capsys):
     assert json.loads((judge_dir / "1.json").read_text())["correct"] is True
     failed = json.loads((judge_dir / "2.json").read_text())
     assert failed["parse_error"] is True and failed["correct"] is False
+
+
+def test_concurrent_questions(tmp_path):
+    import threading
+
+    from tests.unit.test_bcp_agent import FakeEndpoint as _Base
+
+    class Reactive(_Base):
+        """Search first, answer once a tool result is in the context; thread-safe."""
+
+        def __init__(self):
+            super().__init__([])
+            self.lock = threading.Lock()
+
+        def __call__(self, path, payload):
+            with self.lock:
+                last = payload["messages"][-1]["role"]
+                self.script = [{"content": ANSWER} if last == "tool" else native_call("search", query="x")]
+                return super().__call__(path, payload)
+
+    endpoint = Reactive()
+    run_setup = setup(tmp_path, endpoint)
+    run_setup.concurrency = 3
+    records = execute(run_setup)
+    assert [r["query_id"] for r in records] == ["1", "2", "3", "4"]
+    assert all(r["status"] == "completed" and len(r["rids"]) == 2 for r in records)
+    rows = [json.loads(l) for l in (tmp_path / "run1" / "client_requests.jsonl").read_text().splitlines()]
+    assert sorted(r["rid"] for r in rows) == sorted(rid for r in records for rid in r["rids"])
+    lines = [json.loads(l) for l in (tmp_path / "run1" / "journal.jsonl").read_text().splitlines()]
+    assert sorted(l["qid"] for l in lines if l["event"] == "done") == ["1", "2", "3", "4"]
