@@ -12,7 +12,7 @@ first table shows prompt = reused (prefix cache) + moved + read; the second is t
 
 Layout under ``--out``: ``<policy>/{server.log, events.jsonl, client.jsonl, report/}`` and
 ``compare/{table.md, table.csv, table.json, provenance_stack.png, read_cdf.png}``. A policy that
-``policy/registry.py`` does not know (or cannot import) is skipped with a printed note.
+``policy/registry.py`` does not know (or cannot import) stops the demo before any server starts.
 """
 
 from __future__ import annotations
@@ -171,15 +171,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / ".artifacts" / "demo")
     parser.add_argument("--model", type=Path, default=None, help="model dir (default: build the tiny model)")
     args = parser.parse_args(argv)
-    policies = []
-    for policy in args.policy or POLICIES:
-        reason = unavailable(policy)
-        if reason:
-            print(f"\n[demo] NOTE: SKIPPING POLICY {policy.upper()}: {reason}.\n", flush=True)
-        else:
-            policies.append(policy)
-    if not policies:
-        print("[demo] no policy to run", file=sys.stderr)
+    policies = list(args.policy or POLICIES)
+    problems = [reason for reason in map(unavailable, policies) if reason]
+    if problems:
+        # A side-by-side table missing a column would be read as complete: refuse instead.
+        for reason in problems:
+            print(f"[demo] error: {reason}", file=sys.stderr)
         return 2
     model_dir = args.model or cached_build(ROOT / ".artifacts")
     results = {policy: run(model_dir, args.out, policy) for policy in policies}

@@ -15,12 +15,11 @@ import pytest
 
 from eval.bcp import compare, fixtures, run
 from eval.server import ServerProcess
-from policy import registry
 from tests.engine.conftest import STATE_POOL_ARGS, STRICT_ENV, TEST_SERVER_ARGS
 
 pytestmark = pytest.mark.engine
 
-POLICIES = ["radix", "exact"] + (["scr"] if "scr" in registry.names() else [])
+POLICIES = ["radix", "exact", "scr"]
 # Prompts are ~1-2k tokens: large prefill chunks keep the CPU forwards few.
 POLICY_ARGS = {
     "radix": ["--chunked-prefill-size", "256", "--max-running-requests", "4"],

@@ -1,5 +1,5 @@
 """The workload driver (``eval.workload.run``) with a scripted endpoint, and the demo's plumbing
-that needs no server (its script, the skip of a policy the registry does not know)."""
+that needs no server (its script, the refusal of a policy the registry does not know)."""
 
 from __future__ import annotations
 
@@ -54,11 +54,11 @@ def test_demo_conversation_deletes_a_middle_section():
     assert 0 < demo.DELETED < len(demo.SECTIONS) - 1  # in the middle: text survives after it
 
 
-def test_demo_skips_a_policy_the_registry_does_not_know(monkeypatch, capsys):
+def test_demo_refuses_a_policy_the_registry_does_not_know(monkeypatch, capsys):
     monkeypatch.setattr(registry, "names", lambda: ("radix", "exact"))
     assert demo.unavailable("scr").startswith("policy 'scr' is not registered in policy/registry.py")
     assert demo.unavailable("radix") is None
-    assert demo.main(["--policy", "scr"]) == 2  # nothing left to run; no server started
-    out = capsys.readouterr()
-    assert "[demo] NOTE: SKIPPING POLICY SCR: policy 'scr' is not registered" in out.out
+    assert demo.main(["--policy", "radix", "--policy", "scr"]) == 2  # no server started
+    err = capsys.readouterr().err
+    assert "[demo] error: policy 'scr' is not registered" in err
     assert demo.POLICIES == ("radix", "exact", "scr") and set(demo.POLICY_ARGS) == set(demo.POLICIES)
