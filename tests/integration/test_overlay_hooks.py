@@ -165,6 +165,7 @@ def test_hooks_plan_and_release_on_real_cache(children):
         "schema": 1,
         "snapshots": [],
         "forwards_off_plan": 0,
+        "blocks": 0,
         "rid": "req-b",
         "policy": "radix",
         "prompt_tokens": 17,
