@@ -106,6 +106,8 @@ class ScrRuntime:
         self.spliced_blocks = 0
         self.spliced_tokens = 0
         self.aborts = 0
+        self.evict_retries = 0  # evict-then-retry attempts (§10.3), and how many then allocated
+        self.evict_retries_ok = 0
         self.stolen = 0
         self._log(log_lines.scr_start_line(self.config.enabled, sglang.__version__, authors_env(self.config)))
         self._log(log_lines.site_banner(self.config, os.getpid()))
@@ -377,10 +379,13 @@ class ScrRuntime:
 
         wanted = n - avail + self.config.evict_margin
         tree.evict(EvictParams(num_tokens=wanted))
+        evicted = self.allocator.available_size() - avail
         slots = self.allocator.alloc(n)
-        self._log(log_lines.format_line("evict_retry", requested=wanted,
-                                        evicted=self.allocator.available_size() - avail,
-                                        retry="OK" if slots is not None else "FAIL", ok=int(slots is not None), total=1))
+        self.evict_retries += 1
+        self.evict_retries_ok += slots is not None
+        self._log(log_lines.format_line("evict_retry", requested=wanted, evicted=evicted,
+                                        retry="OK" if slots is not None else "FAIL", ok=self.evict_retries_ok,
+                                        total=self.evict_retries))
         return slots
 
     def _place_rows(self, slot: int, old_start: int, new_start: int, dst: torch.Tensor, rerotate: bool) -> None:

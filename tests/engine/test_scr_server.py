@@ -253,3 +253,25 @@ def test_relocated_rows_in_the_tree_serve_the_next_append(tiny_model_dir, tmp_pa
         assert events[1]["moved"] > 0
         hits[setting] = events[2]["prefix_reused"]
     assert hits["0"] <= 1400 < len(second) - 64 <= hits["1"]
+
+
+def test_short_pool_evicts_from_the_tree_and_retries_the_allocation(tiny_model_dir, tmp_path_factory):
+    """A 4096-slot pool holding two earlier prompts has too few free slots for the splice: the
+    tree is evicted and the allocation retried once (scr_spec §10.3); nothing leaks."""
+    tmp = tmp_path_factory.mktemp("evict")
+    args = ["--chunked-prefill-size", "256", "--max-running-requests", "4", "--cache-policy", "scr", *SIDE,
+            "--cache-events", str(tmp / "events.jsonl")]
+    server = start_server(tiny_model_dir, tmp, "evict", args)  # TEST_SERVER_ARGS: --max-total-tokens 4096
+    server.events_path = tmp / "events.jsonl"
+    try:
+        first, second, _ = conversation(301)
+        server.generate(first, 4, rid="evict.1")
+        server.generate(prompt_ids(302, 1500), 4, rid="other.1")
+        server.generate(second, 4, rid="evict.2")
+        assert events_of(server, "evict", 2)[1]["moved"] == (2400 - 1600) - 16
+        (retry,) = log_records(server, "evict_retry")
+        assert retry["retry"] == "OK" and retry["evicted"] > 0
+        server.flush_cache()
+    finally:
+        server.stop()
+    assert server.fatal_lines() == [], server.log_tail()
