@@ -161,7 +161,7 @@ class ScrRuntime:
             has_snapshot=session.side_slot is not None and session.side_slot < cfg.side_sessions,
             ssm_tokens=session.ssm_tokens,
         )
-        state.cursor = SpliceCursor(outcome.blocks, outcome.lead_new_end, cfg.splice_retry, state.gate.restore)
+        state.cursor = _new_cursor(state)
         if len(outcome.blocks) > 1:
             self._log(log_lines.format_line(
                 "multiblock_plan", rid=req.rid, num_blocks=len(outcome.blocks),
@@ -170,6 +170,8 @@ class ScrRuntime:
             ), debug=True)
 
     def _trace_request(self, req, outcome: Intercept, tokens) -> None:
+        if not self.config.trace:
+            return  # the tag decodes tokens: not worth it for a line nobody prints
         admission = outcome.admission
         text = ""
         if self.tokenizer is not None:
@@ -177,14 +179,10 @@ class ScrRuntime:
                 text = self.tokenizer.decode(list(tokens[:48]))
             except Exception:  # noqa: BLE001 - the tag is cosmetic
                 text = ""
-        self._trace_line(log_lines.format_line(
+        self._log(log_lines.format_line(
             "trace_req", rid=req.rid, sid=admission.session.sid, slot=admission.session.side_slot,
             n_new=len(tokens), n_old=outcome.n_old, nsess=admission.num_sessions, tag=log_lines.trace_tag(text),
         ))
-
-    def _trace_line(self, line: str) -> None:
-        if self.config.trace:
-            self._log(line)
 
     def _trace_dropped(self, dropped) -> None:
         self._trace("drop_private", sid=dropped.sid, slot=dropped.side_slot, n_side=dropped.n_side)
@@ -443,9 +441,7 @@ class ScrRuntime:
         state.blocks -= 1
         self.spliced_blocks -= 1
         self.spliced_tokens -= n
-        outcome = state.outcome
-        state.cursor = SpliceCursor(outcome.blocks, outcome.lead_new_end, outcome.config.splice_retry,
-                                    state.gate.restore)
+        state.cursor = _new_cursor(state)
         self._log(f"[kvreuse] kv6 rid={req.rid} direct splice undone (not admitted this round)", debug=True)
 
     def add_chunked_req(self, original, adder, req):
@@ -463,9 +459,8 @@ class ScrRuntime:
             return result
         for req in batch.reqs:
             state = self._reqs.get(req.rid)
-            if state is None or state.sid is None or state.cursor is not None or req.finished():
-                continue
-            if req.mamba_pool_idx is None:
+            if (state is None or state.sid is None or state.cursor is not None or req.finished()
+                    or req.mamba_pool_idx is None):
                 continue
             self._save_state(req, state, req.extend_range.end)
         return result
@@ -495,6 +490,10 @@ class ScrRuntime:
         req.mamba_cow_src_index = None
         req.mamba_needs_clear = False
         index = int(req.mamba_pool_idx)
+        if not self.config.trace:
+            self.shadow.restore(slot, self.state.conv, self.state.temporal, index)
+            return
+        # The trace's checksums read the state back (a device sync on GPU): only when traced.
         before = float(self.state.temporal[:, index].abs().sum())
         self.shadow.restore(slot, self.state.conv, self.state.temporal, index)
         after = float(self.state.temporal[:, index].abs().sum())
@@ -569,6 +568,12 @@ class ScrRuntime:
                     self.policy.sessions.finish(state.sid, (), store=False)
             self._reqs.clear()
         self.policy.check()
+
+
+def _new_cursor(state: _Request) -> SpliceCursor:
+    """The plan's execution from its first block (at admission, or again after an undone splice)."""
+    outcome = state.outcome
+    return SpliceCursor(outcome.blocks, outcome.lead_new_end, outcome.config.splice_retry, state.gate.restore)
 
 
 def find_rotary(model):

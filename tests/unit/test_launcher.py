@@ -464,6 +464,14 @@ def test_snapshot_budget_with_a_non_integer_running_count_is_a_policy_error():
 # ---------------------------------------------------------------------------------------- scr
 
 
+@pytest.fixture
+def no_kvreuse_env(monkeypatch):
+    """The authors' KVREUSE_* variables of the calling shell must not leak into these cases."""
+    for key in list(os.environ):
+        if key.startswith("KVREUSE_"):
+            monkeypatch.delenv(key)
+
+
 @pytest.mark.parametrize(
     "env, sets, expected",
     [
@@ -472,10 +480,7 @@ def test_snapshot_budget_with_a_non_integer_running_count_is_a_policy_error():
         pytest.param({"KVREUSE_MAX_BLOCKS": "3"}, ["max_blocks=5"], 5, id="command-line-wins"),
     ],
 )
-def test_scr_settings_layer_env_under_command_line(monkeypatch, env, sets, expected):
-    for key in list(os.environ):
-        if key.startswith("KVREUSE_"):
-            monkeypatch.delenv(key)
+def test_scr_settings_layer_env_under_command_line(monkeypatch, no_kvreuse_env, env, sets, expected):
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     argv = ["--model-path", "m", "--cache-policy", "scr", *[x for s in sets for x in ("--cache-policy-set", s)]]
@@ -500,10 +505,7 @@ def test_scr_bad_authors_env_is_a_launch_error(monkeypatch):
                      id="keeps-the-users-log-level"),
     ],
 )
-def test_scr_server_settings(monkeypatch, argv, expected_tail):
-    for key in list(os.environ):
-        if key.startswith("KVREUSE_"):
-            monkeypatch.delenv(key)
+def test_scr_server_settings(no_kvreuse_env, argv, expected_tail):
     _spec, rest = parse(["--model-path", "m", "--cache-policy", "scr", *argv])
     assert rest == ["--model-path", "m", *expected_tail]
 
