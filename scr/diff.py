@@ -21,16 +21,15 @@ Standard library only: this is pure planning logic, importable without torch or 
 
 Interpretations of the spec (where it is ambiguous, the choice made here):
 
-1. Rebuilding the CDC opcodes (§6.1 step 5) reads "Between consecutive blocks, and after
-   the last one, a gap ... is replace/delete/insert. Blocks are equal."  Taken literally,
-   no op is emitted for a gap *before the first block*; such a result does not "start at
-   (0,0)" and the verifier (step 6) rejects it, so the answer comes from difflib.  This
-   only matters when the first CDC equal block cannot be extended back to (0, 0), i.e. the
-   edit lies within the first chunk (~64 tokens), or when no chunk matches at all.  The
-   alternative reading (emit a leading gap op) would yield a leading ``replace`` that
-   swallows a short common prefix.  In SCR proper, session matching requires a common
-   prefix of >= 1024 tokens (§4.3), so the two readings agree on every input that
-   reaches the planner through a matched session.
+1. Rebuilding the CDC opcodes (§6.1 step 5): a gap op is emitted before the first equal
+   block, between blocks and after the last one, all by the same rule (both sides non-empty:
+   replace; old only: delete; new only: insert).  The spec's text names only "between" and
+   "after", but the authors' code also emits the leading gap, and without it the ops would
+   not start at (0, 0): the verifier would reject them and difflib would answer, which can
+   plan where the authors' code does not.  Where the first equal block starts after (0, 0)
+   (an edit inside the first ~64-token chunk), the leading op swallows any short common
+   prefix before the edit, as theirs does, so the first op is not ``equal`` and no block is
+   relocated (§6.5).  With no equal block at all, the single gap is the whole input.
 2. Extension (§6.1 step 4) can close a gap completely, leaving two ``equal`` ops back to
    back.  The spec does not merge them, so neither does this module (the planner then sees
    two candidate runs, as the spec's code would).
@@ -165,7 +164,7 @@ def _extend_blocks(
 
 
 def _gap_op(i1: int, i2: int, j1: int, j2: int) -> Opcode | None:
-    """The op for a gap between equal blocks (§6.1 step 5), or None when it is empty."""
+    """The op for the gap ``old[i1:i2]`` / ``new[j1:j2]`` (§6.1 step 5), or None when it is empty."""
     if i2 > i1 and j2 > j1:
         return ("replace", i1, i2, j1, j2)
     if i2 > i1:
@@ -173,6 +172,29 @@ def _gap_op(i1: int, i2: int, j1: int, j2: int) -> Opcode | None:
     if j2 > j1:
         return ("insert", i1, i2, j1, j2)
     return None
+
+
+def _rebuild_ops(blocks: list[list[int]], len_old: int, len_new: int) -> list[Opcode]:
+    """Equal blocks -> ops that tile both sequences (§6.1 step 5; module docstring, interpretation 1).
+
+    One cursor walks the blocks in order; every gap it crosses, before the first block,
+    between two blocks and after the last, becomes one op (an empty gap none)::
+
+        old  0 [ gap )[== block 1 ==)[ gap )[== block 2 ==)[ gap ) len_old
+        new  0 [ gap )[== block 1 ==)[ gap )[== block 2 ==)[ gap ) len_new
+    """
+    ops: list[Opcode] = []
+    i = j = 0
+    for i1, i2, j1, j2 in blocks:
+        gap = _gap_op(i, i1, j, j1)
+        if gap is not None:
+            ops.append(gap)
+        ops.append(("equal", i1, i2, j1, j2))
+        i, j = i2, j2
+    gap = _gap_op(i, len_old, j, len_new)
+    if gap is not None:
+        ops.append(gap)
+    return ops
 
 
 def fast_opcodes(
@@ -185,8 +207,7 @@ def fast_opcodes(
     result is not guaranteed to equal difflib's raw-token opcodes, and it is not checked
     here: callers must run :func:`verify_opcodes` (``diff_opcodes`` does).  Returns None if
     an equal chunk run maps to token runs of different lengths (cannot happen with
-    interned tuples; kept because the spec aborts there).  Per interpretation 1 in the
-    module docstring, no op is emitted for a gap before the first equal block.
+    interned tuples; kept because the spec aborts there).
     """
     ob, nb = cdc_bounds(old, target), cdc_bounds(new, target)
     oc, nc = chunk_ids(old, ob, new, nb)
@@ -200,18 +221,7 @@ def fast_opcodes(
         blocks.append([i1, i2, j1, j2])
     if extend:
         _extend_blocks(old, new, blocks)
-    ops: list[Opcode] = []
-    for k, (i1, i2, j1, j2) in enumerate(blocks):
-        if k > 0:
-            gap = _gap_op(blocks[k - 1][1], i1, blocks[k - 1][3], j1)
-            if gap is not None:
-                ops.append(gap)
-        ops.append(("equal", i1, i2, j1, j2))
-    if blocks:
-        gap = _gap_op(blocks[-1][1], len(old), blocks[-1][3], len(new))
-        if gap is not None:
-            ops.append(gap)
-    return ops
+    return _rebuild_ops(blocks, len(old), len(new))
 
 
 def verify_opcodes(old: Sequence[Hashable], new: Sequence[Hashable], ops) -> bool:

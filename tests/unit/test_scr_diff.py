@@ -20,6 +20,7 @@ from scr.diff import (
     new_positions,
     verify_opcodes,
 )
+from scr.planner import plan_blocks
 
 
 def apply_ops(old, new, ops):
@@ -270,6 +271,123 @@ def test_authors_6_fast_path(monkeypatch):
                    ("equal", 2049, 4096, 2049, 4096)]
 
 
+# ------------------------------------------------------- CDC: a gap before the first equal block
+
+
+def spec_cdc_opcodes(old, new, target=64):
+    """§6.1 steps 1-5 written out again for these tests (independent of ``scr.diff``).
+
+    Step 5 as the authors' code does it: one cursor walks the equal blocks, and every gap it
+    crosses (before the first block, between blocks, after the last) is replace when both
+    sides are non-empty, else delete or insert.
+    """
+    def bounds(ids):
+        out, h = [0], 0
+        for k, t in enumerate(ids):
+            h = ((h << 1) ^ (t * 0x9E3779B1 % 2**32)) % 2**32
+            if (h >> 8) & (target - 1) == 0:
+                out.append(k + 1)
+        return out if out[-1] == len(ids) else out + [len(ids)]
+
+    ob, nb = bounds(old), bounds(new)
+    table = {}
+    oc = [table.setdefault(tuple(old[a:b]), len(table)) for a, b in zip(ob, ob[1:])]
+    nc = [table.setdefault(tuple(new[a:b]), len(table)) for a, b in zip(nb, nb[1:])]
+    blocks = [[ob[a1], ob[a2], nb[b1], nb[b2]]
+              for tag, a1, a2, b1, b2 in SequenceMatcher(None, oc, nc, autojunk=False).get_opcodes()
+              if tag == "equal"]
+    low_i = low_j = 0
+    for blk in blocks:
+        while blk[0] > low_i and blk[2] > low_j and old[blk[0] - 1] == new[blk[2] - 1]:
+            blk[0] -= 1
+            blk[2] -= 1
+        low_i, low_j = blk[1], blk[3]
+    high_i, high_j = len(old), len(new)
+    for blk in reversed(blocks):
+        while blk[1] < high_i and blk[3] < high_j and old[blk[1]] == new[blk[3]]:
+            blk[1] += 1
+            blk[3] += 1
+        high_i, high_j = blk[0], blk[2]
+    ops, i, j = [], 0, 0
+    for i1, i2, j1, j2 in blocks + [[len(old), len(old), len(new), len(new)]]:
+        if i1 > i or j1 > j:
+            ops.append(("replace" if i1 > i and j1 > j else "delete" if i1 > i else "insert", i, i1, j, j1))
+        if i2 > i1:
+            ops.append(("equal", i1, i2, j1, j2))
+        i, j = i2, j2
+    return ops
+
+
+def _leading_gap_cases():
+    """(id, old, new, expected ops). The edit sits in the first chunk, so the first chunk-equal
+    block starts after the edit and extension stops there (the edit's last tokens differ: old
+    edits use ids 100000-149999, new ones 150000-199999). ``P`` is a short common prefix with
+    no chunk boundary inside it, so no chunk before the edit is equal on both sides."""
+    rng = random.Random(31)
+    base = rand_tokens(rng, 3000)
+    x, y = [rng.randrange(100000, 150000) for _ in range(20)], [rng.randrange(150000, 200000) for _ in range(30)]
+    p5, p40 = base[-5:], base[-45:-5]
+    return [
+        ("replace-at-start", x + base, y + base,
+         [("replace", 0, 20, 0, 30), ("equal", 20, 3020, 30, 3030)]),
+        ("delete-at-start", x + base, base,
+         [("delete", 0, 20, 0, 0), ("equal", 20, 3020, 0, 3000)]),
+        ("insert-at-start", base, y + base,
+         [("insert", 0, 0, 0, 30), ("equal", 0, 3000, 30, 3030)]),
+        ("one-token-at-start", x[:1] + base[1:], y[:1] + base[1:],
+         [("replace", 0, 1, 0, 1), ("equal", 1, 3000, 1, 3000)]),
+        # The leading replace swallows the 5 common tokens before the edit (difflib keeps them).
+        ("short-common-prefix-swallowed", p5 + x + base, p5 + y + base,
+         [("replace", 0, 25, 0, 35), ("equal", 25, 3025, 35, 3035)]),
+        ("40-common-tokens-swallowed", p40 + x + base, p40 + y + base,
+         [("replace", 0, 60, 0, 70), ("equal", 60, 3060, 70, 3070)]),
+        ("plus-an-edit-in-the-middle", x + base[:1500] + base[1600:], y + base,
+         [("replace", 0, 20, 0, 30), ("equal", 20, 1520, 30, 1530), ("insert", 1520, 1520, 1530, 1630),
+          ("equal", 1520, 2920, 1630, 3030)]),
+        # No chunk in common: the gap before the (absent) first block is the whole input.
+        ("no-equal-chunk", [rng.randrange(100000, 150000) for _ in range(2100)],
+         [rng.randrange(150000, 200000) for _ in range(2100)], [("replace", 0, 2100, 0, 2100)]),
+    ]
+
+
+@pytest.mark.parametrize("old, new, expected", [pytest.param(*c[1:], id=c[0]) for c in _leading_gap_cases()])
+def test_cdc_gap_before_the_first_equal_block(old, new, expected):
+    assert min(len(old), len(new)) >= sd.FASTDIFF_MIN  # the CDC path applies
+    assert spec_cdc_opcodes(old, new) == expected  # the case is what its id says
+    stats = {}
+    ops, path = diff_with_path(old, new, stats=stats)
+    assert ops == expected
+    assert (path, stats) == ("fastdiff", {"fastdiff_ok": 1})  # accepted by the verifier, no difflib
+    assert verify_opcodes(old, new, ops)
+    assert apply_ops(old, new, ops) == new
+
+
+def test_swallowed_common_prefix_means_no_plan():
+    """Where the CDC ops start with a replace the spec builds no plan (§6.5 "Built only when"),
+    although difflib's ops would start with a 5-token equal run and relocate the rest."""
+    case = {c[0]: c for c in _leading_gap_cases()}["short-common-prefix-swallowed"]
+    old, new = case[1], case[2]
+    assert difflib_opcodes(old, new)[0] == ("equal", 0, 5, 0, 5)
+    assert plan_blocks(old, new, side_ids=old) == (None, [])
+    assert plan_blocks(old, new, side_ids=old, ops=difflib_opcodes(old, new))[1] != []
+
+
+@pytest.mark.parametrize("seed", range(12), ids=lambda s: f"seed{s}")
+def test_cdc_path_equals_the_spec_algorithm_on_random_edits(seed):
+    """Random edits anywhere (including inside the first and the last chunk) on a small vocabulary,
+    so chunks and runs repeat: the CDC answer is the spec's, and the verifier accepts it."""
+    rng = random.Random(seed)
+    old = [rng.randrange(40) for _ in range(2300)]
+    new = list(old)
+    for _ in range(rng.randrange(1, 5)):
+        at = rng.choice([rng.randrange(0, 64), rng.randrange(len(new)), len(new) - rng.randrange(1, 64)])
+        new[at:at + rng.randrange(0, 30)] = [rng.randrange(40) for _ in range(rng.randrange(0, 30))]
+    stats = {}
+    ops, path = diff_with_path(old, new, fastdiff_min=2000, stats=stats)
+    assert ops == spec_cdc_opcodes(old, new)
+    assert (path, stats) == ("fastdiff", {"fastdiff_ok": 1})
+
+
 # ----------------------------------------------------------------------- verifier / fallback
 
 
@@ -339,28 +457,6 @@ def test_fast_diff_none_or_exception_falls_back(behaviour, messages, monkeypatch
     assert ops == difflib_opcodes(old, new)
     assert stats == {"fastdiff_reject": 1}
     assert [r.getMessage() for r in caplog.records] == messages
-
-
-def test_edit_in_first_chunk_is_rejected_and_falls_back(caplog):
-    """Real CDC output (no mock) that the verifier rejects.
-
-    The edit is at token 0, so the first CDC-equal block cannot grow back to (0, 0); the
-    rebuild emits no op before the first block (module docstring, interpretation 1), the
-    ops do not start at (0, 0), and difflib answers.
-    """
-    rng = random.Random(9)
-    old = rand_tokens(rng, 3000)
-    new = fresh(rng, 1) + old[1:]
-    raw = fast_opcodes(old, new)
-    assert raw[0] == ("equal", 1, 3000, 1, 3000)
-    assert not verify_opcodes(old, new, raw)
-    stats = {}
-    with caplog.at_level(logging.DEBUG, logger="scr.diff"):
-        ops, path = diff_with_path(old, new, stats=stats)
-    assert path == "fallback"
-    assert stats == {"fastdiff_reject": 1}
-    assert ops == [("replace", 0, 1, 0, 1), ("equal", 1, 3000, 1, 3000)]
-    assert len(caplog.records) == 1
 
 
 def test_reject_log_every_50(monkeypatch, caplog):
