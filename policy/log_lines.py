@@ -13,7 +13,8 @@ Template syntax: ``{name:kind}`` is a field (``kind`` omitted = a word without s
 text is literal. Kinds (``_KINDS``) say how a value is written and read:
 
     int      123 / -4           opt_int  None or an int       bool   True / False
-    flag     1 / 0 (booleans)   onoff    on / off             word   text without spaces
+    flag     True / False, also read as 1 / 0                 onoff  on / off
+    word     text without spaces
     text     text up to the literal that follows              f1/f2  float with 1 / 2 decimals
     ints     Python list of ints, "[3, 7, 11]"                repr   Python repr of a string
     kvs      "k=v k=v" (dict; values int, float, None, bool or word)
@@ -21,18 +22,23 @@ text is literal. Kinds (``_KINDS``) say how a value is written and read:
 
 The four lines ``analysis/scr_report.py`` reads (§12.1) are ``scr_site`` (``max_blocks``,
 ``splice_retry``), ``trace_req`` (``rid``, ``sid``, ``n_old``), ``splice_ok`` (``rid``,
-``relocated`` = C') and ``finish`` (see ``parse_finish``). Report rules that are not line
-syntax: keep the first ``Finish:`` and the first ``trace_req`` per rid, sum ``relocated`` over
-all ``splice_ok`` lines of a rid, use the first ``scr_site`` line of a log.
+``relocated`` = C') and ``finish`` (see ``parse_finish``). The report's regexes need much less
+than the templates (other fields may stand in between, booleans may be spelled any way), so the
+accounting reads those lines with ``parse_report_line`` (``REPORT_LINES``), which accepts every
+line the report accepts. Report rules that are not line syntax: keep the first ``Finish:`` and the
+first ``trace_req`` per rid, sum ``relocated`` over all ``splice_ok`` lines of a rid, use the
+first ``scr_site`` line of a log.
 
 Field names: ``A+B'`` is ``stop`` (the prefix length before the splice) and ``C'`` is
 ``relocated`` (rows spliced); other names follow the spec's text.
 
 Choices where the spec gives no exact text (``scr_spec.md`` leaves these open): banner booleans
-are written ``1``/``0``; the ``[scr]`` line separates ``KEY=value`` pairs with one space; the
-``tag=`` of ``ev=req`` is ``repr(text.replace("\\n", " ")[:90])`` (cut before ``repr`` so it stays a
-valid literal); ``rows=a:b`` and ``extend=[a,b)`` are half-open; ``multiblock DROP`` names the
-block as ``i/K``; lists are Python lists; the ``ev=drop_private`` fields are ``sid slot n_side``.
+are written ``True``/``False``, as the authors' overlay prints Python booleans (read back as
+``True``/``False`` or ``1``/``0``, the spelling of this port's earlier banners); the ``[scr]``
+line separates ``KEY=value`` pairs with one space; the ``tag=`` of ``ev=req`` is
+``repr(text.replace("\\n", " ")[:90])`` (cut before ``repr`` so it stays a valid literal);
+``rows=a:b`` and ``extend=[a,b)`` are half-open; ``multiblock DROP`` names the block as ``i/K``;
+lists are Python lists; the ``ev=drop_private`` fields are ``sid slot n_side``.
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ from __future__ import annotations
 import ast
 import re
 import string
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, NamedTuple
 
 SGLANG_TARGET = "0.5.16"
 _SITE_HEAD = (
@@ -161,7 +167,7 @@ _KINDS: dict[str, tuple[str, Callable[[Any], str], Callable[[str], Any]]] = {
     "int": (r"-?\d+", _render_int, int),
     "opt_int": (r"None|-?\d+", lambda v: "None" if v is None else _render_int(v), _read_scalar),
     "bool": (r"True|False", lambda v: str(bool(v)), lambda s: s == "True"),
-    "flag": (r"[01]", lambda v: "1" if v else "0", lambda s: s == "1"),
+    "flag": (r"True|False|1|0", lambda v: str(bool(v)), lambda s: s in ("True", "1")),
     "onoff": (r"on|off", lambda v: "on" if v else "off", lambda s: s == "on"),
     "text": (r".+?", str, str),
     "f1": (r"-?\d+\.\d", lambda v: f"{v:.1f}", float),
@@ -230,6 +236,86 @@ def parse_line(line: str) -> dict[str, Any] | None:
             parsed[name] = _KINDS[field_kind][2](found.group(name))
         return parsed
     return None
+
+
+class LogLineError(ValueError):
+    """A line ``parse_report_line`` recognises (it carries a ``REPORT_LINES`` marker) but cannot read."""
+
+
+class ReportLine(NamedTuple):
+    marker: str  # text that makes a line this kind's line; reading it must then succeed
+    pattern: re.Pattern  # what analysis/scr_report.py needs of it (searched anywhere in the line)
+    needs: str  # the same, for error messages
+
+
+# What the authors' report needs of each SCR line it reads (scr_spec.md §11.1-§11.3, §12.1), and
+# no more: any text may stand before, between and after the named fields.
+#   scr_site   [kvreuse-site] ...max_blocks=<int>...splice_retry=<int>
+#   splice_ok  v6 splice OK...rid=<rid>...sid=<sid>...slot=<slot>...A+B'=<int>...C'=<int>
+#   trace_req  kv6trace ev=req rid=<rid> sid=<sid> slot=<slot> n_new=<int> n_old=<int>
+# Only these markers are recognised; every other [kvreuse] line (debug, phase, other kv6trace
+# events) is not read by the accounting and is skipped.
+REPORT_LINES: dict[str, ReportLine] = {
+    "scr_site": ReportLine(
+        "[kvreuse-site] ",
+        re.compile(r"\[kvreuse-site\] .*?max_blocks=(?P<max_blocks>\d+).*?splice_retry=(?P<splice_retry>\d+)"),
+        "'[kvreuse-site] ', then max_blocks=<int>, then splice_retry=<int>"),
+    "splice_ok": ReportLine(
+        "[kvreuse] v6 splice OK",
+        re.compile(r"v6 splice OK.*?rid=(?P<rid>\S+).*?sid=(?P<sid>\S+).*?slot=(?P<slot>\S+)"
+                   r".*?A\+B'=(?P<stop>\d+).*?C'=(?P<relocated>\d+)"),
+        "rid=, sid=, slot=, A+B'=<int>, C'=<int> in that order"),
+    "trace_req": ReportLine(
+        "[kvreuse] kv6trace ev=req ",
+        re.compile(r"kv6trace ev=req rid=(?P<rid>\S+) sid=(?P<sid>\S+) slot=(?P<slot>\S+) "
+                   r"n_new=(?P<n_new>\d+) n_old=(?P<n_old>\d+)"),
+        "rid= sid= slot= n_new=<int> n_old=<int>, space-separated"),
+}
+# The splice line's running counters and block index (§11.3), read wherever they stand; a line
+# without them is still a splice (the report does not need them) but cannot be checked for gaps.
+_SPLICE_EXTRAS = (re.compile(r"\[spliced=(?P<spliced>\d+) tokens=(?P<spliced_tokens>\d+)\]"),
+                  re.compile(r"blocks=(?P<block>\d+)/(?P<num_blocks>\d+)"))
+
+
+def parse_report_line(line: str) -> dict[str, Any] | None:
+    """A line the authors' report reads -> ``{"kind": ..., field: value}``; None for any other line.
+
+    ``Finish:`` lines go to ``parse_finish``. An SCR line (``REPORT_LINES``) is read by its full
+    template when that matches (every field, typed), else by the report's pattern: the fields it
+    names, the splice counters and block index where present, and every other field of the
+    template None. Raises ``LogLineError``, with the line's text, for a line that carries a
+    marker but lacks what the report needs: skipping it would silently change the accounting.
+    """
+    line = line.rstrip("\r\n")
+    if "Finish: " in line:
+        return parse_finish(line)
+    for kind, spec in REPORT_LINES.items():
+        found = spec.pattern.search(line)
+        if found is not None:
+            return _report_fields(kind, line, found)
+        if spec.marker in line:
+            raise LogLineError(f"unreadable {kind} line (the report needs {spec.needs}): {line!r}")
+    return None
+
+
+def _report_fields(kind: str, line: str, found: re.Match) -> dict[str, Any]:
+    full = _PATTERNS[kind].search(line)
+    if full is not None:
+        return {"kind": kind, **{name: _KINDS[k][2](full.group(name)) for name, k in _FIELDS[kind]}}
+    parsed: dict[str, Any] = {"kind": kind, **{name: None for name, _ in _FIELDS[kind]}}
+    extras = [p.search(line, found.end()) for p in _SPLICE_EXTRAS] if kind == "splice_ok" else []
+    kinds = dict(_FIELDS[kind])
+    for match in [found, *extras]:
+        if match is not None:
+            fields = match.groupdict().items()
+            parsed.update({name: _read_report_field(kinds[name], text) for name, text in fields})
+    return parsed
+
+
+def _read_report_field(field_kind: str, text: str) -> Any:
+    """A field a report pattern matched: ids stay text; numbers are ints; the slot, which the
+    report takes as any word, is an int, None or the text as written."""
+    return _KINDS[field_kind][2](text) if field_kind in ("word", "opt_word") else _read_scalar(text)
 
 
 _FINISH_ID = re.compile(r"'id': (?:'([^']*)'|\"([^\"]*)\")")

@@ -14,9 +14,11 @@ from policy.log_lines import (  # noqa: F401  (re-exported: scr and patches impo
     _KINDS,
     _PATTERNS,
     _SITE_HEAD,
+    REPORT_LINES,
     SGLANG_TARGET,
     TEMPLATES,
     TRACE_FIELDS,
+    LogLineError,
     _check_trace_fields,
     _compile,
     _parts,
@@ -30,6 +32,7 @@ from policy.log_lines import (  # noqa: F401  (re-exported: scr and patches impo
     format_line,
     parse_finish,
     parse_line,
+    parse_report_line,
     side_buffer_line,
     trace_tag,
 )
@@ -43,7 +46,11 @@ def scr_start_line(enabled: bool, sglang_version: str, env: Mapping[str, str]) -
 
 
 def site_banner(config: ScrConfig, pid: int) -> str:
-    """The per-process banner; ``v6``/``pin_only``/``lead_freeze`` are constant in this port."""
+    """The per-process banner; ``v6``/``pin_only``/``lead_freeze`` are constant in this port.
+
+    Booleans are printed ``True``/``False``, as the authors' overlay prints them (``policy.log_lines``
+    template ``scr_site``, kind ``flag``).
+    """
     return format_line(
         "scr_site", v6=True, pin_only=False, lead_freeze=False, ssm_snap=config.ssm_snap, pid=pid,
         no_rerotate=config.no_rerotate, max_sessions=config.max_sessions, fastdiff=config.fastdiff,

@@ -13,7 +13,8 @@ PFLOPs per request (``flops.py``): ``pflops`` = 2·N_body·(F + D)/1e15 (the pap
 attention term (393,216 FLOPs per query-key pair for Qwen3.6-27B; an upper bound under scr).
 
 Checks (a failure makes a run unreportable; ``eval.report`` exits 2):
-I1 per request R, M, F >= 0 and R + M + F = P; I2 totals: sum(P - R) = sum(M) + sum(F), and
+I1 per request R, M, F >= 0 and R + M + F = P, on the raw counts (nothing upstream clamps them);
+I2 totals: sum(P - R) = sum(M) + sum(F), and
 PFLOPs summed from rows = PFLOPs from the totals (rel. 1e-9); I3 policies without relocation
 (radix, exact) have M = 0 everywhere; C1 (``check_client``) every client request is joined to
 exactly one server row and every server row to one client request, with the same prompt and
@@ -113,14 +114,30 @@ def rows_from_events(events: Iterable, body_params: float, pair_flops: int = QWE
         decode=e.decode_tokens, blocks=getattr(e, "blocks", 0)) for e in events), body_params, pair_flops)
 
 
+def _i1(row: Row) -> str | None:
+    """I1 for one row, on the counts as the source recorded them.
+
+    Nothing upstream clamps them (``policy.events`` and ``server_log`` keep R = C - 2M raw), so a
+    wrong double-count rule or a misparsed line shows up here as a negative part, never as a
+    quietly plausible row.
+    """
+    parts = {"reused": row.prefix_reused, "moved": row.moved, "read": row.read}
+    adds_up = sum(parts.values()) == row.prompt_tokens
+    negative = [name for name, value in parts.items() if value < 0]
+    if adds_up and not negative:
+        return None
+    text = (f"I1 {row.rid}: prompt {row.prompt_tokens} {'==' if adds_up else '!='} reused {row.prefix_reused} "
+            f"+ moved {row.moved} + read {row.read}")
+    return text + (f"; negative: {', '.join(negative)}" if negative else "")
+
+
 def check(rows: Sequence[Row], body_params: float) -> list[str]:
     """Every failed check as ``"<id> <what>"``; empty when the run is consistent."""
     failures = []
     for row in rows:
-        parts = (row.prefix_reused, row.moved, row.read)
-        if min(parts) < 0 or sum(parts) != row.prompt_tokens:
-            failures.append(f"I1 {row.rid}: prompt {row.prompt_tokens} != reused {row.prefix_reused} "
-                            f"+ moved {row.moved} + read {row.read} (or a part is negative)")
+        problem = _i1(row)
+        if problem:
+            failures.append(problem)
         if row.policy in NO_RELOCATION and row.moved != 0:
             failures.append(f"I3 {row.rid}: policy {row.policy} moved {row.moved} tokens")
     fresh = sum(r.prompt_tokens - r.prefix_reused for r in rows)

@@ -13,6 +13,14 @@ Lines read (any text before them, such as ``[2026-01-01 12:00:00 TP0] ``, is ign
 
   One per finished request. The first per rid is kept (rows are in ``Finish`` order); a second
   one for the same rid is a rid collision and fails check L1.
+
+The three SCR lines are read as permissively as the authors' ``analysis/scr_report.py`` reads
+them (``policy.log_lines.parse_report_line``): only the fields named below in ``<>`` are needed,
+in that order, and any text may stand between them. A line that carries one of their markers
+(``[kvreuse-site] ``, ``[kvreuse] v6 splice OK``, ``[kvreuse] kv6trace ev=req ``) but lacks
+those fields stops the ingestion with ``LogLineError`` naming the line; all other ``[kvreuse]``
+lines are skipped.
+
 * SCR's splice line, one per relocated block (``scr_spec.md`` §11.3)::
 
       [kvreuse] v6 splice OK: rid=<rid> sid=<sid> slot=<n> A+B'=<stop> C'=<rows> extend=<n>
@@ -20,12 +28,14 @@ Lines read (any text before them, such as ``[2026-01-01 12:00:00 TP0] ``, is ign
 
   ``spliced``/``tokens`` are the process's running count of splices and of relocated rows, so
   consecutive lines must step by 1 and by ``C'`` (a new process starts again at 1); ``i`` runs
-  1, 2, ... within a request. A dropped line breaks one of the two (check L1).
+  1, 2, ... within a request. A dropped line breaks one of the two (check L1). A line without
+  the counters (or the block index) is counted but not checked for gaps.
 * SCR's request trace (``KVREUSE_TRACE=1``, §11.2), first per rid: the session id::
 
       [kvreuse] kv6trace ev=req rid=<rid> sid=<sid> slot=<n|None> n_new=<P> n_old=<n> nsess=<n> tag='...'
 
-* SCR's banner (§11.1), first one: K = ``max_blocks``::
+* SCR's banner (§11.1), first one: K = ``max_blocks``; booleans ``True``/``False`` (the
+  authors') or ``1``/``0`` (this port's earlier banners)::
 
       [kvreuse-site] v6.10 splice-after-extend patches applied ... max_blocks=<K> ... splice_retry=<n>
 
@@ -58,7 +68,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from eval.accounting.provenance import QWEN36_27B_PAIR_FLOPS, Row, Served, classify_rows, conversation_of
-from policy.log_lines import parse_line
+from policy.log_lines import LogLineError, parse_report_line
 
 _POLICY_LINE = re.compile(r"cache policy (\S+) started with config (.*)$")
 
@@ -76,22 +86,22 @@ class ParsedLog:
 
 
 def parse_log(lines: Iterable[str]) -> ParsedLog:
+    """Read a server log (the lines in the module doc); ``lines`` may be an open file.
+
+    Raises ``LogLineError`` naming the file (when ``lines`` has a ``name``), the line number and
+    its text for a recognised SCR line that cannot be read.
+    """
     parsed = ParsedLog()
     seen: set[str] = set()
     counter: tuple[int, int] | None = None  # (spliced, tokens) of the previous splice line
+    source = getattr(lines, "name", "server log")
     for number, line in enumerate(lines, 1):
         if parsed.policy is None and "cache policy " in line:
-            found = _POLICY_LINE.search(line.rstrip("\r\n"))
-            if found:
-                parsed.policy = found.group(1)
-                try:
-                    config = ast.literal_eval(found.group(2))
-                except (ValueError, SyntaxError):
-                    config = {}
-                parsed.policy_config = config if isinstance(config, dict) else {}
-        if "Finish: " not in line and "[kvreuse" not in line:
-            continue
-        item = parse_line(line)
+            _read_policy_line(line, parsed)
+        try:
+            item = parse_report_line(line)
+        except LogLineError as exc:
+            raise LogLineError(f"{source} line {number}: {exc}") from None
         if item is None:
             continue
         kind = item["kind"]
@@ -105,12 +115,24 @@ def parse_log(lines: Iterable[str]) -> ParsedLog:
         elif kind == "splice_ok":
             item["line"] = number
             parsed.splices.setdefault(item["rid"], []).append(item)
-            counter = _step_counter(counter, item, parsed.problems)
+            if item["spliced"] is not None:
+                counter = _step_counter(counter, item, parsed.problems)
         elif kind == "trace_req":
             parsed.traces.setdefault(item["rid"], item)
         elif kind == "scr_site" and parsed.banner is None:
             parsed.banner = item
     return parsed
+
+
+def _read_policy_line(line: str, parsed: ParsedLog) -> None:
+    found = _POLICY_LINE.search(line.rstrip("\r\n"))
+    if found:
+        parsed.policy = found.group(1)
+        try:
+            config = ast.literal_eval(found.group(2))
+        except (ValueError, SyntaxError):
+            config = {}
+        parsed.policy_config = config if isinstance(config, dict) else {}
 
 
 def _step_counter(previous: tuple[int, int] | None, item: dict, problems: list[str]) -> tuple[int, int]:
@@ -155,6 +177,16 @@ def max_blocks(parsed: ParsedLog, override: int | None = None) -> int | None:
     return k if isinstance(k, int) else None
 
 
+def _blocks_out_of_order(splices: list[dict]) -> bool:
+    """The block indices ``i/n`` of one request's splice lines are not 1, 2, ... (a line missing or
+    repeated). Lines without an index, which the report does not need, are not judged."""
+    indices = [s["block"] for s in splices]
+    totals = [s["num_blocks"] for s in splices]
+    if None in indices or None in totals:
+        return False
+    return indices != list(range(1, len(splices) + 1)) or any(total < len(splices) for total in totals)
+
+
 def check_log(parsed: ParsedLog, k: int | None = None) -> list[str]:
     """L1 and S2 (see the module doc); every failure as ``"<id> <what>"``."""
     failures = list(parsed.problems)
@@ -165,8 +197,7 @@ def check_log(parsed: ParsedLog, k: int | None = None) -> list[str]:
     for rid, splices in parsed.splices.items():
         if rid not in finished:
             failures.append(f"L1 {rid}: {len(splices)} splice line(s) but no Finish line")
-        indices = [s["block"] for s in splices]
-        if indices != list(range(1, len(splices) + 1)) or any(s["num_blocks"] < len(splices) for s in splices):
+        if _blocks_out_of_order(splices):
             listed = " ".join("{}/{}".format(s["block"], s["num_blocks"]) for s in splices)
             failures.append(f"L1 {rid}: splice blocks {listed} are not 1, 2, ... in order: "
                             "a splice line is missing or repeated")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from policy import log_lines
-from policy.log_lines import TEMPLATES, format_line, parse_finish, parse_line
+from policy.log_lines import TEMPLATES, LogLineError, format_line, parse_finish, parse_line, parse_report_line
 
 # (kind, values, exact text). Texts are written out from the spec's field lists.
 CASES = [
@@ -24,9 +24,10 @@ CASES = [
          "min_extend": 32, "t6_guard": False, "trace": False, "evict_on_fail": False, "evict_margin": 0,
          "max_blocks": 3, "mb_min_gap": 128, "splice_retry": 0},
         "[kvreuse-site] v6.10 splice-after-extend patches applied (per-request knobs via kvreuse_session_id) "
-        "(v5 base) v6=1 pin_only=0 lead_freeze=0 ssm_snap=release pid=31337 no_rerotate=1 max_sessions=256 "
-        "fastdiff=0 cdc_target=128 fastdiff_min=4096 timing=1 min_extend=32 t6_guard=0 trace=0 evict_on_fail=0 "
-        "evict_margin=0 | v6.10k multiblock=1 max_blocks=3 mb_min_gap=128 splice_retry=0",
+        "(v5 base) v6=True pin_only=False lead_freeze=False ssm_snap=release pid=31337 no_rerotate=True "
+        "max_sessions=256 fastdiff=False cdc_target=128 fastdiff_min=4096 timing=True min_extend=32 t6_guard=False "
+        "trace=False evict_on_fail=False evict_margin=0 | v6.10k multiblock=1 max_blocks=3 mb_min_gap=128 "
+        "splice_retry=0",
         id="scr_site",
     ),
     pytest.param("prefill_hook", {},
@@ -307,6 +308,90 @@ def test_spec_lines(line, expected):
 )
 def test_not_our_lines(line):
     assert parse_line(line) is None
+
+
+# ---------------------------------------------------------------------- read as the authors' report reads
+
+# The authors' banner, written out from scr_spec.md §11.1 with Python booleans, as their overlay prints them.
+AUTHORS_BANNER = (
+    "[kvreuse-site] v6.10 splice-after-extend patches applied (per-request knobs via kvreuse_session_id) (v5 base) "
+    "v6=True pin_only=False lead_freeze=False ssm_snap=prefill_end pid=812 no_rerotate=False max_sessions=16 "
+    "fastdiff=True cdc_target=64 fastdiff_min=2048 timing=False min_extend=16 t6_guard=True trace=True "
+    "evict_on_fail=True evict_margin=2048 | v6.10k multiblock=1 max_blocks=6 mb_min_gap=0 splice_retry=8"
+)
+
+
+@pytest.mark.parametrize("spelling", ["python", "digits"])
+def test_banner_booleans_read_either_way(spelling):
+    line = AUTHORS_BANNER if spelling == "python" else (
+        AUTHORS_BANNER.replace("=True", "=1").replace("=False", "=0"))
+    parsed = parse_line(line)
+    assert parsed["kind"] == "scr_site" and (parsed["v6"], parsed["pin_only"], parsed["trace"]) == (True, False, True)
+    assert (parsed["max_blocks"], parsed["splice_retry"]) == (6, 8)
+    assert parse_report_line(line) == parsed
+
+
+SPLICE_NONE = {"extend": None, "live": None, "spliced": None, "spliced_tokens": None, "block": None, "num_blocks": None}
+
+
+@pytest.mark.parametrize(
+    "line, expected",
+    [
+        pytest.param("[2026-01-01 12:00:00 TP0] " + AUTHORS_BANNER,
+                     {"kind": "scr_site", "v6": True, "pin_only": False, "lead_freeze": False,
+                      "ssm_snap": "prefill_end", "pid": 812, "no_rerotate": False, "max_sessions": 16,
+                      "fastdiff": True, "cdc_target": 64, "fastdiff_min": 2048, "timing": False, "min_extend": 16,
+                      "t6_guard": True, "trace": True, "evict_on_fail": True, "evict_margin": 2048, "max_blocks": 6,
+                      "mb_min_gap": 0, "splice_retry": 8}, id="authors-banner"),
+        pytest.param("[kvreuse-site] v6.11 patches applied (knobs via cache_salt) max_blocks=3 mode=x retry splice_retry=0",
+                     {"kind": "scr_site", **{name: None for name, _ in log_lines._FIELDS["scr_site"]},
+                      "max_blocks": 3, "splice_retry": 0}, id="banner-other-text-and-fields"),
+        pytest.param("[kvreuse] v6 splice OK: rid=c-2 sid=s000001 slot=0 A+B'=2000 C'=984 extend=1016 live=4000 "
+                     "[spliced=7 tokens=6100] blocks=1/2",
+                     {"kind": "splice_ok", "rid": "c-2", "sid": "s000001", "slot": 0, "stop": 2000, "relocated": 984,
+                      "extend": 1016, "live": 4000, "spliced": 7, "spliced_tokens": 6100, "block": 1, "num_blocks": 2},
+                     id="splice-spec-form"),
+        pytest.param("[kvreuse] v6 splice OK (multiblock): rid=c-2 lead=9 sid=s000001 slot=3 rot=-12 A+B'=2000 "
+                     "kext=16 C'=984 extend=1016 live=4000 [spliced=7 tokens=6100] ssm=fork blocks=2/2",
+                     {"kind": "splice_ok", "rid": "c-2", "sid": "s000001", "slot": 3, "stop": 2000, "relocated": 984,
+                      **SPLICE_NONE, "spliced": 7, "spliced_tokens": 6100, "block": 2, "num_blocks": 2},
+                     id="splice-fields-in-between"),
+        pytest.param("[kvreuse] v6 splice OK: rid=17 sid=s000001 slot=None A+B'=2000 C'=984",
+                     {"kind": "splice_ok", "rid": "17", "sid": "s000001", "slot": None, "stop": 2000, "relocated": 984,
+                      **SPLICE_NONE}, id="splice-only-what-the-report-needs"),
+        pytest.param("[kvreuse] kv6trace ev=req rid=c-2 sid=s000001 slot=None n_new=5321 n_old=4800 nsess=3 "
+                     "tag='<|im_start|>system You are a helpful assis",
+                     {"kind": "trace_req", "rid": "c-2", "sid": "s000001", "slot": None, "n_new": 5321, "n_old": 4800,
+                      "nsess": None, "tag": None}, id="trace-req-tag-cut-after-repr"),
+        pytest.param("[kvreuse] kv6 rid=r1 multiblock plan: K=2 stops=[2000, 3500] reloc=[984, 400] kext=16",
+                     None, id="unrelated-debug-line"),
+        pytest.param("[kvreuse] kv6trace ev=side_acq slot=0 sid=s000001 free=11", None, id="other-trace-event"),
+        pytest.param("[kvreuse] v6 phase2: alloc(984) failed -> normal prefill of the tail", None, id="phase2-line"),
+        pytest.param("[kvreuse] something new", None, id="unknown-kvreuse-line"),
+        pytest.param("[2026-01-01 12:00:00] Prefill batch, #new-seq: 1, #new-token: 512", None, id="sglang-line"),
+    ],
+)  # fmt: skip
+def test_report_reading_accepts_what_the_authors_report_accepts(line, expected):
+    assert parse_report_line(line) == expected
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        pytest.param("[kvreuse-site] v6.10 splice-after-extend patches applied max_blocks=six splice_retry=8",
+                     id="banner-non-integer-K"),
+        pytest.param("[kvreuse-site] v6.10 splice-after-extend patches applied max_blocks=6", id="banner-no-retry"),
+        pytest.param("[kvreuse-site] splice_retry=8 max_blocks=6", id="banner-wrong-order"),
+        pytest.param("[kvreuse] v6 splice OK: rid=r1 sid=s1 slot=0 A+B'=x C'=1", id="splice-non-integer-stop"),
+        pytest.param("[kvreuse] v6 splice OK: rid=r1 sid=s1 slot=0 A+B'=10", id="splice-no-rows"),
+        pytest.param("[kvreuse] v6 splice OK: sid=s1 rid=r1 slot=0 A+B'=10 C'=1", id="splice-wrong-order"),
+        pytest.param("[kvreuse] kv6trace ev=req rid=r1 sid=s1 slot=0 n_new=10", id="trace-req-no-n_old"),
+    ],
+)  # fmt: skip
+def test_report_reading_refuses_a_garbled_line_it_recognises(line):
+    with pytest.raises(LogLineError) as info:
+        parse_report_line("[2026-01-01 12:00:00 TP0] " + line + "\n")
+    assert repr("[2026-01-01 12:00:00 TP0] " + line) in str(info.value)
 
 
 # ---------------------------------------------------------------------- SGLang's Finish: line

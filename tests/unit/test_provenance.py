@@ -73,7 +73,7 @@ def changed(row, **fields):
 def test_each_check_fires():
     (row,) = provenance.rows_from_events([event("a.1", 100, 50)], BODY)
     assert provenance.check([changed(row, read=40)], BODY) == [
-        "I1 a.1: prompt 100 != reused 50 + moved 0 + read 40 (or a part is negative)",
+        "I1 a.1: prompt 100 != reused 50 + moved 0 + read 40",
         "I2 totals: sum(P - R) = 50 != sum(M) + sum(F) = 40",
     ]
     assert provenance.check([changed(row, moved=10, read=40)], BODY) == ["I3 a.1: policy radix moved 10 tokens"]
@@ -81,7 +81,7 @@ def test_each_check_fires():
     wrong = provenance.check([changed(row, pflops=1.0)], BODY)
     assert len(wrong) == 1 and wrong[0].startswith("I2 PFLOPs: rows 1.0 != totals")
     assert provenance.check([changed(row, prefix_reused=110, read=-10)], BODY) == [
-        "I1 a.1: prompt 100 != reused 110 + moved 0 + read -10 (or a part is negative)",
+        "I1 a.1: prompt 100 == reused 110 + moved 0 + read -10; negative: read",
     ]
 
 
@@ -103,3 +103,23 @@ def test_ingest_exits_2_on_an_unreadable_events_file(tmp_path, capsys):
     (tmp_path / "bad.jsonl").write_text('{"schema": 9}\n')
     assert report.main(["ingest", "--events", str(tmp_path / "bad.jsonl"), "--out", str(tmp_path / "o")]) == 2
     assert "unsupported event schema 9" in capsys.readouterr().err
+
+
+def test_raw_negative_counts_are_read_and_fail_i1_naming_the_rid(tmp_path):
+    """The server records R = cached_tokens - 2M raw. Below 0 (the double-count rule is wrong for
+    that request), or above P - M (then F < 0), reading the events file must neither refuse nor
+    clamp it, and I1 must fail for exactly those rids."""
+    events = [event("ok.1", 1000, 400), event("neg.1", 1000, -40, moved=500, policy="scr"),
+              event("over.1", 1000, 700, moved=500, policy="scr")]
+    path = tmp_path / "events.jsonl"
+    writer = EventWriter(str(path))
+    for e in events:
+        writer.write(e)
+    writer.close()
+    rows, failures = report.ingest(path, tmp_path / "out")
+    assert [(r.rid, r.prefix_reused, r.moved, r.read) for r in rows] == [
+        ("ok.1", 400, 0, 600), ("neg.1", -40, 500, 540), ("over.1", 700, 500, -200)]
+    assert failures == [
+        "I1 neg.1: prompt 1000 == reused -40 + moved 500 + read 540; negative: reused",
+        "I1 over.1: prompt 1000 == reused 700 + moved 500 + read -200; negative: read",
+    ]

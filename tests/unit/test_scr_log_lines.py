@@ -17,6 +17,7 @@ from scr.log_lines import format_line, parse_line
 @pytest.mark.parametrize("name", [
     "SGLANG_TARGET", "TEMPLATES", "TRACE_FIELDS", "format_line", "parse_line", "parse_finish", "trace_tag",
     "side_buffer_line", "_KINDS", "_PATTERNS", "_FIELDS", "_parts", "_compile", "_SITE_HEAD",
+    "parse_report_line", "LogLineError", "REPORT_LINES",
 ])
 def test_reexports_the_policy_module(name):
     assert getattr(log_lines, name) is getattr(policy.log_lines, name)
@@ -30,9 +31,10 @@ def test_policy_module_is_standard_library_only():
 def test_site_banner_defaults():
     assert log_lines.site_banner(ScrConfig(), 4242) == (
         "[kvreuse-site] v6.10 splice-after-extend patches applied (per-request knobs via kvreuse_session_id) "
-        "(v5 base) v6=1 pin_only=0 lead_freeze=0 ssm_snap=prefill_end pid=4242 no_rerotate=0 max_sessions=16 "
-        "fastdiff=1 cdc_target=64 fastdiff_min=2048 timing=0 min_extend=16 t6_guard=1 trace=1 evict_on_fail=1 "
-        "evict_margin=2048 | v6.10k multiblock=1 max_blocks=6 mb_min_gap=0 splice_retry=8"
+        "(v5 base) v6=True pin_only=False lead_freeze=False ssm_snap=prefill_end pid=4242 no_rerotate=False "
+        "max_sessions=16 fastdiff=True cdc_target=64 fastdiff_min=2048 timing=False min_extend=16 t6_guard=True "
+        "trace=True evict_on_fail=True evict_margin=2048 | v6.10k multiblock=1 max_blocks=6 mb_min_gap=0 "
+        "splice_retry=8"
     )
 
 
@@ -43,6 +45,7 @@ def test_site_banner_round_trip_with_other_values():
         "scr_site", 3, 0, "release",
     )
     assert (parsed["no_rerotate"], parsed["pid"], parsed["v6"], parsed["pin_only"]) == (True, 7, True, False)
+    assert log_lines.parse_report_line(log_lines.site_banner(config, 7)) == parsed
 
 
 def test_scr_start_line_prints_config_defaults_in_table_order():

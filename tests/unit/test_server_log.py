@@ -12,6 +12,7 @@ import pytest
 from eval import report
 from eval.accounting import server_log
 from eval.accounting.flops import QWEN36_27B, n_body
+from policy.log_lines import LogLineError
 from tests.unit.synthetic_runs import finish_line, simulate
 
 BODY = n_body(QWEN36_27B)
@@ -116,6 +117,76 @@ def test_plain_sglang_log_without_policy_line_is_radix(tmp_path):
     assert failures == [] and {r.policy for r in rows} == {"radix"}
 
 
+# ---------------------------------------------------------------------- a log from the authors' server
+
+# Written by hand from scr_spec.md §11.1-§11.3: their banner prints Python booleans, their server
+# prints no "cache policy" line, and their log holds [kvreuse] lines the accounting does not read.
+AUTHORS_BANNER = (
+    "[kvreuse-site] v6.10 splice-after-extend patches applied (per-request knobs via kvreuse_session_id) (v5 base) "
+    "v6=True pin_only=False lead_freeze=False ssm_snap=prefill_end pid=812 no_rerotate=False max_sessions=16 "
+    "fastdiff=True cdc_target=64 fastdiff_min=2048 timing=False min_extend=16 t6_guard=True trace=True "
+    "evict_on_fail=True evict_margin=2048 | v6.10k multiblock=1 max_blocks=6 mb_min_gap=0 splice_retry=8"
+)
+
+
+def authors_log(banner=AUTHORS_BANNER):
+    """Two turns of one conversation; turn 2 relocates 800 + 500 rows over a 1024-token radix match."""
+    return [
+        "[scr] Suffix Cache Reuse on | sglang 0.5.16 (built for 0.5.16) | KVREUSE_ENABLED=1 KVREUSE_MAX_BLOCKS=6",
+        "[2026-01-01 12:00:00 TP0] " + banner,
+        "[2026-01-01 12:00:00 TP0] [kvreuse] v6.3: prefill-end snapshot hook attached to SchedulerBatchResultProcessor",
+        "[kvreuse] kv6trace ev=req rid=a.1 sid=s000001 slot=None n_new=3000 n_old=0 nsess=1 tag='<|im_start|>syst",
+        finish_line("a.1", 3000, 0, 20),
+        "[kvreuse] kv6trace ev=req rid=a.2 sid=s000001 slot=0 n_new=3100 n_old=3000 nsess=1 tag='<|im_start|>syst",
+        "[kvreuse] kv6trace ev=side_acq slot=0 sid=s000001 free=11",
+        "[kvreuse] kv6 rid=a.2 multiblock plan: K=2 stops=[1500, 2400] reloc=[800, 500] kext=16 maxb=6 cands=3 "
+        "live=3100",
+        "[kvreuse] kv6 rid=a.2 phase1 radix_a=1024 chunk1=476 tail=816 total=3100 ssm_restore=True ssm_mode=fork "
+        "ssm_na=False ssm_obj=True",
+        "[kvreuse] v6 splice OK: rid=a.2 sid=s000001 slot=0 A+B'=1500 C'=800 extend=1600 live=3100 "
+        "[spliced=1 tokens=800] blocks=1/2",
+        "[kvreuse] kv6 rid=a.2 multiblock next: block 2/2 extend=[2300,2400) then splice 500 rows",
+        "[kvreuse] v6 splice OK: rid=a.2 sid=s000001 slot=0 rot=-96 A+B'=2400 C'=500 extend=200 live=3100 "
+        "[spliced=2 tokens=1300] blocks=2/2",
+        finish_line("a.2", 3100, 1024 + 2 * 1300, 30),
+    ]
+
+
+@pytest.mark.parametrize("booleans", ["python", "digits"], ids=["authors-True-False", "older-port-1-0"])
+def test_authors_log_is_read_as_scr_with_its_relocation(tmp_path, booleans):
+    banner = AUTHORS_BANNER if booleans == "python" else AUTHORS_BANNER.replace("=True", "=1").replace("=False", "=0")
+    path = tmp_path / "server.log"
+    path.write_text("\n".join(authors_log(banner)) + "\n")
+    rows, failures = report.ingest(None, tmp_path / "out", log_path=path)
+    assert failures == []
+    assert [(r.rid, r.policy, r.session, r.prompt_tokens, r.prefix_reused, r.moved, r.read, r.blocks, r.klass)
+            for r in rows] == [
+        ("a.1", "scr", "s000001", 3000, 0, 0, 3000, 0, "first"),
+        ("a.2", "scr", "s000001", 3100, 1024, 1300, 776, 2, "edited"),
+    ]
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["max_blocks"] == 6
+
+
+@pytest.mark.parametrize(
+    "garbled",
+    [
+        pytest.param("[kvreuse] v6 splice OK: rid=a.2 sid=s000001 slot=0 A+B'=?? C'=500", id="splice"),
+        pytest.param("[kvreuse-site] v6.10 splice-after-extend patches applied max_blocks=", id="banner"),
+        pytest.param("[kvreuse] kv6trace ev=req rid=a.2 sid=s000001", id="trace-req"),
+    ],
+)
+def test_garbled_line_the_reader_recognises_is_an_error_naming_it(tmp_path, capsys, garbled):
+    lines = authors_log()
+    lines.insert(6, "[2026-01-01 12:00:01 TP0] " + garbled)
+    path = tmp_path / "server.log"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(LogLineError) as info:
+        report.ingest(None, tmp_path / "out", log_path=path)
+    assert "line 7" in str(info.value) and repr("[2026-01-01 12:00:01 TP0] " + garbled) in str(info.value)
+    assert report.main(["ingest", "--log", str(path), "--out", str(tmp_path / "out")]) == 2
+    assert "line 7" in capsys.readouterr().err
+
+
 # ---------------------------------------------------------------------- negative tests: each check fires
 
 
@@ -145,7 +216,7 @@ def test_dropped_last_splice_line_of_the_log_is_caught_by_the_events(tmp_path):
     run = simulate("scr")
     lines = list(run.log_lines)
     last = splice_indices(run)[-1]
-    rid = server_log.parse_line(lines[last])["rid"]
+    rid = server_log.parse_report_line(lines[last])["rid"]
     del lines[last]
     paths = run.write(tmp_path / "in")
     paths["log"].write_text("\n".join(lines) + "\n")
