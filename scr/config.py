@@ -51,6 +51,8 @@ Knobs left out, and why:
 - ``KVREUSE_V6``, ``KVREUSE_PIN_ONLY``, ``KVREUSE_LEAD_FREEZE``: they select the legacy
   single-phase path (§2.2, §7.6), which this port does not implement. ``from_env`` accepts their
   default values and rejects the others, so an ablation script never silently runs full SCR.
+  The per-request knobs ``pin``, ``v6``, ``lead`` and ``force`` (§2.3) are refused the same way
+  (``UnsupportedKnob``, per request); ``min_extra`` is ignored like ``KVREUSE_MIN_EXTRA_TOKENS``.
 - ``kvreuse_session_id`` (a request attribute SGLang never sets) is dead (§2.3).
 
 The dead variables above are ignored by ``from_env`` (``config.DEFAULTS`` sets several of them).
@@ -163,6 +165,18 @@ IGNORED_ENV: tuple[str, ...] = (
 # Single-phase path selectors: the value each must have here, since that path is not ported.
 SINGLE_PHASE_ENV: dict[str, str] = {"KVREUSE_V6": "1", "KVREUSE_PIN_ONLY": "0", "KVREUSE_LEAD_FREEZE": "0"}
 
+
+class UnsupportedKnob(ValueError):
+    """A ``KVREUSE_*`` variable or a request's ``cache_salt`` knob asks for the single-phase path
+    (§7.6), which this port does not implement. Raised so that nothing runs full SCR in its place
+    silently: at start for the variables, per request for the knobs."""
+
+
+def _not_ported(setting: str, raw: str, accepted: str, effect: str = "selects the single-phase path") -> str:
+    """The refusal's wording, shared by ``from_env`` and ``parse_request_knobs``."""
+    return f"{setting}={raw!r}: {effect}, which this port does not implement (only {setting}={accepted} is accepted)"
+
+
 # The authors' ``config.DEFAULTS`` (§2.1) as environment strings, in table order; the ``[scr]``
 # start-up line prints these keys. ``from_env(AUTHORS_DEFAULTS) == ScrConfig()``.
 AUTHORS_DEFAULTS: dict[str, str] = {
@@ -254,15 +268,13 @@ def from_env(env: Mapping[str, str], base: ScrConfig | None = None) -> ScrConfig
     """``base`` (default: ``ScrConfig()``) with every ``KVREUSE_*`` variable present in ``env`` applied.
 
     Does not mutate ``env``. Raises ``ValueError`` naming the variable and the field for a value
-    that does not parse or is out of range, and for a single-phase selector (``SINGLE_PHASE_ENV``)
-    set to anything but its default. Dead variables (``IGNORED_ENV``) and unknown names are ignored.
+    that does not parse or is out of range, and ``UnsupportedKnob`` (a ``ValueError``) for a
+    single-phase selector (``SINGLE_PHASE_ENV``) set to anything but its default. Dead variables
+    (``IGNORED_ENV``) and unknown names are ignored.
     """
     for var, required in SINGLE_PHASE_ENV.items():
         if var in env and env[var] != required:
-            raise ValueError(
-                f"{var}={env[var]!r}: selects the single-phase path, which this port does not implement "
-                f"(only {var}={required} is accepted)"
-            )
+            raise UnsupportedKnob(_not_ported(var, env[var], required))
     values: dict[str, Any] = {}
     for name, var in ENV_VARS.items():
         if var not in env:
@@ -307,9 +319,18 @@ _TRUE_WORDS = frozenset({"1", "true", "on", "yes"})
 # Knob -> ScrConfig field for the knobs the default path reads.
 _KNOB_FIELDS = {"rerot": "no_rerotate", "ssm": "ssm_mode", "maxblocks": "max_blocks",
                 "minext": "min_extend", "mintail": "min_tail"}
-# Knobs that only matter on the single-phase path: parsed and kept, never applied.
-_SINGLE_PHASE_BOOLS = frozenset({"pin", "v6", "lead", "force"})
-_SINGLE_PHASE_INTS = frozenset({"min_extra"})
+# Single-phase knobs (§2.3, §7.2 step 3, §7.6): knob -> (the value that keeps the two-phase path,
+# what any other value does, what to use instead). ``force`` skips the single-phase gain test.
+_SINGLE_PHASE_KNOBS: dict[str, tuple[bool, str, str]] = {
+    "pin": (False, "selects the single-phase path",
+            "for a control run that relocates nothing use cache_salt 'kvreuse:off' (plain radix cache)"),
+    "v6": (True, "selects the single-phase path", "leave the knob out: the two-phase path is the default"),
+    "lead": (False, "selects the single-phase path", "leave the knob out: the radix cache serves the leading run"),
+    "force": (False, "applies to the single-phase path only",
+              "leave the knob out: the two-phase path has no gain test to skip"),
+}
+# The single-phase gain threshold: without that path it has nothing to act on (like KVREUSE_MIN_EXTRA_TOKENS).
+_NO_EFFECT_KNOBS = {"min_extra": "single-phase path only (its gain test): no effect"}
 
 
 @dataclass(frozen=True)
@@ -318,21 +339,15 @@ class RequestKnobs:
 
     The salt itself, knobs included, stays the request's namespace (``namespace``): a salted
     request shares no session or radix entry with other salts. ``overrides`` maps ScrConfig fields
-    to values; ``single_phase`` keeps ``pin``/``v6``/``lead``/``force``/``min_extra`` as parsed;
-    ``ignored`` lists ``(item, reason)`` for every part of the knob string that had no effect.
+    to values; ``ignored`` lists ``(item, reason)`` for every part of the knob string that had no
+    effect. A salt that asks for the single-phase path never becomes a ``RequestKnobs``:
+    ``parse_request_knobs`` raises ``UnsupportedKnob``.
     """
 
     namespace: str | None = None
     off: bool = False  # "kvreuse:off": no intercept, no session, plain SGLang
     overrides: dict[str, Any] = field(default_factory=dict)
-    single_phase: dict[str, Any] = field(default_factory=dict)
     ignored: tuple[tuple[str, str], ...] = ()
-
-    @property
-    def selects_single_phase(self) -> bool:
-        """The overlay would take the single-phase path (§7.2 step 3); this port serves it plainly."""
-        sp = self.single_phase
-        return bool(sp.get("pin")) or bool(sp.get("lead")) or sp.get("v6") is False
 
     def apply(self, config: ScrConfig) -> ScrConfig:
         """The config this request runs with; ``config`` is not mutated."""
@@ -340,7 +355,7 @@ class RequestKnobs:
 
 
 def parse_request_knobs(cache_salt: str | None) -> RequestKnobs:
-    """Read the switch in ``cache_salt`` (SGLang's ``extra_key``); never raises.
+    """Read the switch in ``cache_salt`` (SGLang's ``extra_key``).
 
     - no ``kvreuse:`` prefix (or None): no knobs;
     - ``kvreuse:off`` exactly: ``off``;
@@ -350,7 +365,13 @@ def parse_request_knobs(cache_salt: str | None) -> RequestKnobs:
     Knob values: booleans are true for ``1``/``true``/``on``/``yes`` (case-insensitive) and false
     for anything else; ``maxblocks`` and ``minext`` below 1 become 1, as the planner clamps them
     (§6.5 step 3). Items without ``=``, unknown keys, non-integers for integer knobs, an unknown
-    ``ssm`` mode, and ``mintail`` below 1 are ignored and reported; the server setting stays.
+    ``ssm`` mode, ``mintail`` below 1 and ``min_extra`` are ignored and reported; the server
+    setting stays.
+
+    Raises ``UnsupportedKnob`` when, after a later key has overridden an earlier one, ``pin``,
+    ``lead`` or ``force`` is true or ``v6`` is false: those ask for the single-phase path, and
+    serving the request with full SCR instead would be a silent change of algorithm. The same
+    knobs at their two-phase value are reported in ``ignored``.
     """
     if cache_salt is None or not cache_salt.startswith(KNOB_PREFIX):
         return RequestKnobs(namespace=cache_salt)
@@ -360,7 +381,7 @@ def parse_request_knobs(cache_salt: str | None) -> RequestKnobs:
     if not switch.startswith("knobs:"):
         return RequestKnobs(namespace=cache_salt, ignored=((switch, "unknown kvreuse switch"),))
     overrides: dict[str, Any] = {}
-    single_phase: dict[str, Any] = {}
+    single_phase: dict[str, tuple[str, str]] = {}  # knob -> (item, value), the last one given
     ignored: list[tuple[str, str]] = []
     for item in switch[len("knobs:"):].split(","):
         if not item.strip():
@@ -368,37 +389,49 @@ def parse_request_knobs(cache_salt: str | None) -> RequestKnobs:
         key, sep, raw = (part.strip() for part in item.partition("="))
         if not sep:
             ignored.append((item, "expected key=value"))
-            continue
-        try:
-            target, name, value = _parse_knob(key, raw)
-        except ValueError as exc:
-            ignored.append((item, str(exc)))
-            continue
-        (overrides if target == "config" else single_phase)[name] = value
-    return RequestKnobs(cache_salt, False, overrides, single_phase, tuple(ignored))
+        elif key in _SINGLE_PHASE_KNOBS:
+            single_phase[key] = (item, raw)
+        elif key in _NO_EFFECT_KNOBS:
+            ignored.append((item, _NO_EFFECT_KNOBS[key]))
+        else:
+            try:
+                name, value = _parse_knob(key, raw)
+            except ValueError as exc:
+                ignored.append((item, str(exc)))
+                continue
+            overrides[name] = value
+    ignored += _refuse_single_phase(single_phase)
+    return RequestKnobs(cache_salt, False, overrides, tuple(ignored))
 
 
-def _parse_knob(key: str, raw: str) -> tuple[str, str, Any]:
-    """One ``key=value`` -> ("config", field, value) or ("single_phase", key, value)."""
-    if key in _SINGLE_PHASE_BOOLS:
-        return "single_phase", key, raw.lower() in _TRUE_WORDS
-    if key in _SINGLE_PHASE_INTS:
-        return "single_phase", key, _knob_int(raw)
+def _refuse_single_phase(single_phase: Mapping[str, tuple[str, str]]) -> list[tuple[str, str]]:
+    """Raise ``UnsupportedKnob`` for the first knob that leaves the two-phase path; else the
+    ``ignored`` entries of the knobs (all at their two-phase value, so without effect)."""
+    for key, (_item, raw) in single_phase.items():
+        two_phase, effect, instead = _SINGLE_PHASE_KNOBS[key]
+        if (raw.lower() in _TRUE_WORDS) != two_phase:
+            accepted = "1" if two_phase else "0"
+            raise UnsupportedKnob(f"cache_salt knob {_not_ported(key, raw, accepted, effect)}; {instead}")
+    return [(item, "single-phase knob at its two-phase value: no effect") for item, _raw in single_phase.values()]
+
+
+def _parse_knob(key: str, raw: str) -> tuple[str, Any]:
+    """One ``key=value`` of a knob the two-phase path reads -> (ScrConfig field, value)."""
     if key not in _KNOB_FIELDS:
         raise ValueError("unknown knob")
     name = _KNOB_FIELDS[key]
     if key == "rerot":
-        return "config", name, raw.lower() not in _TRUE_WORDS
+        return name, raw.lower() not in _TRUE_WORDS
     if key == "ssm":
         if raw not in typing.get_args(SsmMode):
             raise ValueError(f"expected one of {', '.join(typing.get_args(SsmMode))}")
-        return "config", name, raw
+        return name, raw
     value = _knob_int(raw)
     if key in ("maxblocks", "minext"):
-        return "config", name, max(1, value)
+        return name, max(1, value)
     if value < 1:
         raise ValueError("must be >= 1")
-    return "config", name, value
+    return name, value
 
 
 def _knob_int(raw: str) -> int:

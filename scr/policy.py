@@ -40,7 +40,13 @@ class ScrPolicy:
     # ------------------------------------------------------------------ SCR's own decisions
 
     def admit(self, tokens: Sequence[int], cache_salt: str | None) -> Intercept:
-        """§4.2: attach a new request to its conversation and plan what to relocate."""
+        """§4.2: attach a new request to its conversation and plan what to relocate.
+
+        Raises ``scr.config.UnsupportedKnob`` (a ``ValueError``), before any session changes, when
+        ``cache_salt`` asks for the single-phase path (§2.3 knobs ``pin``/``v6``/``lead``/``force``).
+        It is not caught here: the scheduler glue fails that one request with the message, rather
+        than serving it with full SCR, which the client did not ask for.
+        """
         return intercept(self.sessions, tokens, parse_request_knobs(cache_salt), self.config)
 
     # ------------------------------------------------------------------ server settings

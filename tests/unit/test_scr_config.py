@@ -14,6 +14,7 @@ from scr.config import (
     IGNORED_ENV,
     RequestKnobs,
     ScrConfig,
+    UnsupportedKnob,
     from_env,
     merge,
     parse_request_knobs,
@@ -482,12 +483,27 @@ def test_env_layer_is_validated_before_settings_apply():
             id="rerot-true-word-case-insensitive",
         ),
         pytest.param(
-            "kvreuse:knobs:pin=1,v6=no,lead=on,force=true,min_extra=512",
+            "kvreuse:knobs:pin=0,v6=1,lead=off,force=no,min_extra=512,maxblocks=2",
             RequestKnobs(
-                namespace="kvreuse:knobs:pin=1,v6=no,lead=on,force=true,min_extra=512",
-                single_phase={"pin": True, "v6": False, "lead": True, "force": True, "min_extra": 512},
+                namespace="kvreuse:knobs:pin=0,v6=1,lead=off,force=no,min_extra=512,maxblocks=2",
+                overrides={"max_blocks": 2},
+                ignored=(
+                    ("min_extra=512", "single-phase path only (its gain test): no effect"),
+                    ("pin=0", "single-phase knob at its two-phase value: no effect"),
+                    ("v6=1", "single-phase knob at its two-phase value: no effect"),
+                    ("lead=off", "single-phase knob at its two-phase value: no effect"),
+                    ("force=no", "single-phase knob at its two-phase value: no effect"),
+                ),
             ),
-            id="single-phase-knobs-kept-not-applied",
+            id="single-phase-knobs-at-two-phase-values-have-no-effect",
+        ),
+        pytest.param(
+            "kvreuse:knobs:pin=1,pin=0",
+            RequestKnobs(
+                namespace="kvreuse:knobs:pin=1,pin=0",
+                ignored=(("pin=0", "single-phase knob at its two-phase value: no effect"),),
+            ),
+            id="single-phase-knob-later-wins",
         ),
         pytest.param(
             "kvreuse:knobs: maxblocks = 2 ,,maxblocks=4,",
@@ -505,7 +521,7 @@ def test_env_layer_is_validated_before_settings_apply():
                     ("maxblocks=two", "expected an integer"),
                     ("ssm=FORK", "expected one of fork, strict, none"),
                     ("mintail=0", "must be >= 1"),
-                    ("min_extra=x", "expected an integer"),
+                    ("min_extra=x", "single-phase path only (its gain test): no effect"),
                 ),
             ),
             id="malformed-items-ignored-and-reported",
@@ -529,18 +545,67 @@ def test_parse_request_knobs(salt, expected):
     assert parse_request_knobs(salt) == expected
 
 
+NOT_PORTED = "selects the single-phase path, which this port does not implement"
+
+
 @pytest.mark.parametrize(
-    "salt, expected",
+    "salt, message",
     [
-        pytest.param(None, False, id="none"),
-        pytest.param("kvreuse:knobs:pin=1", True, id="pin"),
-        pytest.param("kvreuse:knobs:lead=yes", True, id="lead"),
-        pytest.param("kvreuse:knobs:v6=0", True, id="v6-off"),
-        pytest.param("kvreuse:knobs:v6=1,pin=0,force=1", False, id="defaults-and-force"),
+        pytest.param("kvreuse:knobs:pin=1",
+                     f"cache_salt knob pin='1': {NOT_PORTED} (only pin=0 is accepted); for a control run "
+                     "that relocates nothing use cache_salt 'kvreuse:off' (plain radix cache)", id="pin"),
+        pytest.param("kvreuse:knobs:v6=0",
+                     f"cache_salt knob v6='0': {NOT_PORTED} (only v6=1 is accepted); leave the knob out: "
+                     "the two-phase path is the default", id="v6-off"),
+        pytest.param("kvreuse:knobs:lead=yes",
+                     f"cache_salt knob lead='yes': {NOT_PORTED} (only lead=0 is accepted); leave the knob out: "
+                     "the radix cache serves the leading run", id="lead"),
+        pytest.param("kvreuse:knobs:force=true",
+                     "cache_salt knob force='true': applies to the single-phase path only, which this port does "
+                     "not implement (only force=0 is accepted); leave the knob out: the two-phase path has no "
+                     "gain test to skip", id="force"),
+    ],
+)  # fmt: skip
+def test_single_phase_knobs_raise(salt, message):
+    with pytest.raises(UnsupportedKnob) as info:
+        parse_request_knobs(salt)
+    assert str(info.value) == message
+    assert isinstance(info.value, ValueError)
+
+
+@pytest.mark.parametrize(
+    "salt, knob",
+    [
+        pytest.param("kvreuse:knobs:maxblocks=3,PIN = ON", None, id="key-is-case-sensitive-so-unknown"),
+        pytest.param("kvreuse:knobs:maxblocks=3, pin = ON ", "pin", id="after-a-supported-knob"),
+        pytest.param("kvreuse:knobs:v6=1,v6=off", "v6", id="later-wins"),
+        pytest.param("kvreuse:knobs:force=1,lead=1", "force", id="first-in-the-salt-named"),
     ],
 )
-def test_selects_single_phase(salt, expected):
-    assert parse_request_knobs(salt).selects_single_phase is expected
+def test_single_phase_knob_anywhere_in_the_salt_raises(salt, knob):
+    if knob is None:
+        assert parse_request_knobs(salt).ignored == (("PIN = ON", "unknown knob"),)
+        return
+    with pytest.raises(UnsupportedKnob) as info:
+        parse_request_knobs(salt)
+    assert str(info.value).startswith(f"cache_salt knob {knob}=")
+
+
+def test_admit_lets_an_unsupported_knob_propagate_before_any_session_change():
+    from scr.policy import ScrPolicy
+
+    policy = ScrPolicy(DEFAULT)
+    with pytest.raises(UnsupportedKnob, match="pin="):
+        policy.admit(list(range(3000)), "kvreuse:knobs:pin=1")
+    assert len(policy.sessions) == 0
+
+
+def test_env_and_knob_refusals_share_their_wording():
+    with pytest.raises(UnsupportedKnob) as env:
+        from_env({"KVREUSE_PIN_ONLY": "1"})
+    with pytest.raises(UnsupportedKnob) as knob:
+        parse_request_knobs("kvreuse:knobs:pin=1")
+    assert NOT_PORTED in str(env.value) and NOT_PORTED in str(knob.value)
 
 
 def test_knobs_apply():
