@@ -34,6 +34,10 @@ class Intercept:
     inserted: int = 0
     lead_new_end: int | None = None
     blocks: tuple[Block, ...] = ()
+    # The side slot the plan reads, pinned at admission with its acquisition count (``SlotList``):
+    # a splice or restore refuses the slot if the session no longer holds this very acquisition.
+    side_slot: int | None = None
+    slot_generation: int = 0
 
     @property
     def sid(self) -> str | None:
@@ -69,4 +73,6 @@ def intercept(table: SessionTable, tokens: Sequence[int], knobs: RequestKnobs, c
         min_tail=cfg.min_tail, mb_min_gap=cfg.mb_min_gap, ops=ops,
     )
     kind = "plan" if blocks else "no_plan"
-    return Intercept(kind, cfg, admission, lead_new_end=lead, blocks=tuple(blocks), **counts)
+    slot = session.side_slot
+    return Intercept(kind, cfg, admission, lead_new_end=lead, blocks=tuple(blocks), side_slot=slot,
+                     slot_generation=table.generation(slot), **counts)

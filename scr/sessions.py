@@ -133,6 +133,17 @@ class SessionTable:
         """Session holding ``slot``, for the guard before a splice (§7.5 step 5); None when free."""
         return self._slots.owner.get(slot)
 
+    def generation(self, slot: int) -> int:
+        """How many times ``slot`` was acquired: a plan pins it with the slot (``scr.side.SlotList``)."""
+        return self._slots.generation[slot]
+
+    def holds(self, sid: str, slot: int | None, generation: int) -> bool:
+        """True when session ``sid`` still holds the very slot acquisition a plan pinned: same
+        owner, same slot, no release in between. A splice or restore needs this (tenant isolation)."""
+        session = self._sessions.get(sid)
+        return (slot is not None and session is not None and session.side_slot == slot
+                and self._slots.owner.get(slot) == sid and self._slots.generation[slot] == generation)
+
     def match(self, tokens: Sequence[int], namespace: str | None) -> Session | None:
         """The session ``tokens`` continues, or None (§4.3). Pure: nothing changes."""
         return self.match_report(tokens, namespace).session
@@ -234,10 +245,15 @@ class SessionTable:
         return tuple(dropped)
 
     def acquire_slot(self, sid: str) -> int | None:
-        """Give the session a side slot if it has none (§5.1); returns the slot, None if none is free."""
+        """Give the session a side slot if it has none (§5.1); returns the slot, None if none is free.
+
+        A freshly acquired slot holds nothing of this session yet: its rows and its state-shadow
+        row were last written by whoever held it before, so the session's record of stored ids
+        and saved state starts empty."""
         session = self._sessions[sid]
         if session.side_slot is None:
             session.side_slot = self._slots.acquire(sid)
+            session.side_ids, session.n_side, session.ssm_tokens = (), 0, -1
         return session.side_slot
 
     def drop_private(self, sid: str) -> Dropped:
@@ -249,7 +265,10 @@ class SessionTable:
         if slot is not None:
             self._slots.release(slot)
         self._held -= n_side
+        # Everything that described the slot's content goes with it: stale side ids or a stale
+        # state count would let a later slot (maybe written by another tenant) pass for this one.
         session.side_slot, session.n_side, session.token_ids = None, 0, ()
+        session.side_ids, session.ssm_tokens = (), -1
         return Dropped(session.sid, slot, n_side, evicted)
 
     def set_state_tokens(self, sid: str, n_tokens: int) -> None:

@@ -31,17 +31,25 @@ def copy_range(stored_ids, stored_rows: int, commit_ids, capacity: int) -> CopyR
 
 class SlotList:
     """Side-slot allocation: acquire takes the first free slot, release appends it at the back
-    (slots are reused first-in, first-out, §5.1); each slot records its owner session."""
+    (slots are reused first-in, first-out, §5.1); each slot records its owner session.
+
+    Every acquisition bumps the slot's ``generation``: a plan pins ``(slot, generation)`` when it is
+    made, and a splice or state restore refuses a slot whose generation moved on (released and
+    taken again, by this session or another, possibly another tenant) since then. The owner alone
+    cannot tell: a session that lost its slot and took a fresh one still "owns" the slot number.
+    """
 
     def __init__(self, slots: int):
         self.free = deque(range(slots))
         self.owner: dict[int, str] = {}
+        self.generation: list[int] = [0] * slots
 
     def acquire(self, session_id: str) -> int | None:
         if not self.free:
             return None
         slot = self.free.popleft()
         self.owner[slot] = session_id
+        self.generation[slot] += 1
         return slot
 
     def release(self, slot: int) -> None:

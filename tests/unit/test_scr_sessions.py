@@ -421,3 +421,55 @@ def test_state_tokens():
     assert table.get(sid).ssm_tokens == 2000
     table.set_state_tokens(sid, -1)
     assert table.get(sid).ssm_tokens == -1
+
+
+# ---------------------------------------------------------------------- tenant isolation (pinned slots)
+
+
+def test_drop_forgets_what_described_the_slot():
+    """A dropped session keeps no side ids and no saved-state count: a slot it later takes again
+    was written by someone else, and stale ids would let the splice guard pass."""
+    table = SessionTable(ScrConfig())
+    sid = table.admit(r(0, 2000), None).session.sid
+    table.finish(sid, r(0, 2100))
+    table.set_state_tokens(sid, 2000)
+    table.drop_private(sid)
+    session = table.get(sid)
+    assert (session.side_ids, session.ssm_tokens, session.n_side) == ((), -1, 0)
+
+
+def test_a_reacquired_slot_no_longer_holds_the_plans_pin():
+    """Tenant A's plan pins (slot 0, generation 1); A loses the slot, tenant B writes it, A takes
+    a slot again: same owner and slot number can come back, the generation cannot."""
+    table = table_with(side_sessions=1)
+    a = table.admit(r(0, 2000), "tenant-a").session.sid
+    table.finish(a, r(0, 2000))
+    pin = (table.get(a).side_slot, table.generation(0))
+    assert table.holds(a, *pin)
+    table.drop_private(a)
+    assert not table.holds(a, *pin)
+    b = table.admit(r(0, 2000), "tenant-b").session.sid
+    table.finish(b, r(0, 2000))
+    assert table.owner(0) == b and not table.holds(a, *pin)
+    table.drop_private(b)
+    assert table.acquire_slot(a) == 0  # the same slot number, re-acquired by A
+    assert table.owner(0) == a and table.get(a).side_ids == () and table.get(a).ssm_tokens == -1
+    assert not table.holds(a, *pin)
+    assert table.holds(a, 0, table.generation(0))
+    table.check()
+
+
+def test_a_plan_pins_its_side_slot_and_generation():
+    from scr.config import RequestKnobs
+    from scr.intercept import intercept
+
+    config = ScrConfig()
+    table = SessionTable(config)
+    first = r(0, 2400)
+    sid = table.admit(first, "t").session.sid
+    table.finish(sid, first)
+    second = first[:1400] + first[1600:] + r(9000, 9040)
+    outcome = intercept(table, second, RequestKnobs(namespace="t"), config)
+    assert outcome.kind == "plan"
+    assert (outcome.side_slot, outcome.slot_generation) == (0, 1)
+    assert table.holds(sid, outcome.side_slot, outcome.slot_generation)
