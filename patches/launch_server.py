@@ -147,10 +147,45 @@ def main(argv: list[str] | None = None) -> None:
 
     server_args = prepare_server_args(sglang_argv)
     _refuse_unsafe_settings(spec, server_args)
+    refusal = _refusal_file()
     try:
         run_server(server_args)
+    except BaseException:
+        _exit_if_refused(refusal, spec.policy)
+        raise
     finally:
         kill_process_tree(os.getpid(), include_parent=False)
+        if os.path.exists(refusal):
+            os.unlink(refusal)
+
+
+def _refusal_file() -> str:
+    """Where a scheduler writes why it refused to start (``patches.plugin.refuse``)."""
+    import tempfile
+
+    from patches.plugin import REFUSAL_ENV
+
+    handle, path = tempfile.mkstemp(prefix="cache-policy-refusal-", suffix=".txt")
+    os.close(handle)
+    os.environ[REFUSAL_ENV] = path
+    return path
+
+
+def _exit_if_refused(path: str, policy: str) -> None:
+    """A scheduler refused the model (e.g. no text rotary for scr): one message, status 2."""
+    try:
+        with open(path) as f:
+            reasons = sorted(set(filter(None, f.read().splitlines())))
+    except OSError:
+        return
+    if reasons:
+        from sglang.srt.utils import kill_process_tree
+
+        print(f"python -m patches.launch_server: error: --cache-policy {policy} refused to start:\n  - "
+              + "\n  - ".join(reasons), file=sys.stderr, flush=True)
+        kill_process_tree(os.getpid(), include_parent=False)
+        os.unlink(path)
+        os._exit(2)
 
 
 def _refuse_unsafe_settings(spec: registry.PolicySpec, server_args) -> None:

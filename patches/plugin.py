@@ -39,9 +39,23 @@ INSTALLED_LINE = "[cache-policy] overlay installed pid={pid} cpu_platform={cpu} 
 _state: dict = {"installed": False, "targets": (), "executor": None, "cpu": False}
 
 
+# Set by ``patches.launch_server``: a scheduler that refuses to start writes its reason here, so
+# the launcher can print it and exit with status 2 (SGLang itself only sees a dead scheduler).
+REFUSAL_ENV = "CACHE_POLICY_REFUSAL_FILE"
+
+
 def fail(message: str) -> "SystemExit":
     logger.critical("cache-policy overlay: %s", message)
     return SystemExit(f"cache-policy overlay: {message}")
+
+
+def refuse(message: str) -> "SystemExit":
+    """A start-up refusal found inside a scheduler process (it needs the loaded model)."""
+    path = os.environ.get(REFUSAL_ENV)
+    if path:
+        with open(path, "a") as f:
+            f.write(message + "\n")
+    return fail(message)
 
 
 def install() -> None:
@@ -182,11 +196,15 @@ def _install_scr_hooks(register, spec) -> None:
 
     def after_scheduler_init(result, scheduler, server_args, *args, **kwargs):
         from patches.events import EventWriter
+        from patches.rope import RotaryMismatch
         from patches.scr_runtime import ScrRuntime
 
         leader = is_leader(scheduler)
         events = EventWriter(spec.events_path) if spec.events_path is not None and leader else None
-        _state["executor"] = ScrRuntime(spec.build(), scheduler, events, leader)
+        try:
+            _state["executor"] = ScrRuntime(spec.build(), scheduler, events, leader)
+        except RotaryMismatch as exc:
+            raise refuse(f"--cache-policy scr cannot re-rotate keys on this model: {exc}") from None
         if leader:
             logger.info("cache policy %s started with config %s", spec.policy, spec.config)
 

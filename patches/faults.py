@@ -1,0 +1,49 @@
+"""Fault injection for containment tests: make a named step of a policy raise on its Nth call.
+
+``CACHE_POLICY_FAULTS="scr.restore_state@1,scr.side_store~conv-b@2+"`` (read once per process)
+makes ``check("scr.restore_state", rid)`` raise ``InjectedFault`` on its first call, and
+``check("scr.side_store", rid)`` on the second and every later call whose ``rid`` starts with
+``conv-b`` (``~`` filters by key prefix; ``+`` repeats). Unset (the default), a check is one
+dict lookup. The steps are named where ``check`` is called (``grep faults.check``);
+the engine tests use this to show that a failing step ends one request, never the server.
+"""
+
+from __future__ import annotations
+
+import os
+
+ENV = "CACHE_POLICY_FAULTS"
+
+
+class InjectedFault(RuntimeError):
+    """Raised by ``check`` where a test asked for a failure."""
+
+
+def parse(text: str) -> dict[str, list[tuple[str, int, bool]]]:
+    """``"step[~prefix]@N[+],..."`` -> {step: [(key prefix, N, every later call)]}; a malformed
+    item is an error (so a typo in a test cannot silently inject nothing)."""
+    plan: dict[str, list[tuple[str, int, bool]]] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        target, sep, when = item.partition("@")
+        step, _, prefix = target.partition("~")
+        repeat = when.endswith("+")
+        number = when[:-1] if repeat else when
+        if not sep or not step or not number.isdigit() or int(number) < 1:
+            raise ValueError(f"{ENV}: expected step[~keyprefix]@N[+] (N >= 1), got {item!r}")
+        plan.setdefault(step, []).append((prefix, int(number), repeat))
+    return plan
+
+
+_PLAN = parse(os.environ.get(ENV, ""))
+_CALLS: dict[tuple[str, str], int] = {}
+
+
+def check(step: str, key: str = "") -> None:
+    """Raise ``InjectedFault`` if this call of ``step`` (for ``key``, e.g. a rid) is one the
+    environment asked to fail."""
+    for prefix, number, repeat in _PLAN.get(step, ()):
+        if not key.startswith(prefix):
+            continue
+        _CALLS[step, prefix] = count = _CALLS.get((step, prefix), 0) + 1
+        if count == number or (repeat and count > number):
+            raise InjectedFault(f"injected fault in {step} for {key or '-'} (call {count})")
