@@ -24,8 +24,13 @@ parallelism) never interleave. Readers (``eval/``) use ``policy.events.RequestEv
 |                |             | (``exact``: periodic, prompt_end, junction, *_back); [] otherwise     |
 | forwards_off_plan | int      | prefill forwards that were not the plan's next piece (must be 0)     |
 | blocks         | int         | blocks of relocated rows spliced into the prompt (``scr``; else 0)    |
+| fallback       | str / null  | why a policy step fell back to a plain read (``scr``: the step and    |
+|                |             | the error, or ``retracted: …``); null when the plan ran as decided     |
+| retractions    | int         | times SGLang retracted or preempted the request and read it again     |
 
-Identity, always: ``prompt_tokens == prefix_reused + moved + read``.
+Identity, always: ``prompt_tokens == prefix_reused + moved + read``. The counts are raw: ``scr``
+writes ``prefix_reused = cached_tokens - 2 * moved`` unclamped, so a wrong rule shows up as a
+negative count that the accounting check I1 reports.
 """
 
 from __future__ import annotations

@@ -72,3 +72,15 @@ class StateShadow:
         for shadow, live in zip(self.conv, conv):
             live[:, state_index] = shadow[:, slot]
         temporal[:, state_index] = self.temporal[:, slot]
+
+    @staticmethod
+    def copy_row(conv: list[torch.Tensor], temporal: torch.Tensor, state_index: int):
+        """A copy of one live state row (every conv component + the SSM state), to put back."""
+        return [c[:, state_index].clone() for c in conv], temporal[:, state_index].clone()
+
+    @staticmethod
+    def put_row(row, conv: list[torch.Tensor], temporal: torch.Tensor, state_index: int) -> None:
+        conv_rows, temporal_row = row
+        for live, saved in zip(conv, conv_rows):
+            live[:, state_index] = saved
+        temporal[:, state_index] = temporal_row

@@ -28,12 +28,14 @@ class RequestEvent:
     snapshots: list = field(default_factory=list)  # [[position, kind], ...] kept by this read
     forwards_off_plan: int = 0  # prefill forwards that were not the plan's next piece
     blocks: int = 0  # blocks of relocated rows spliced into the prompt (scr; 0 for other policies)
+    fallback: str | None = None  # why a policy step fell back to a plain read (null when none did)
+    retractions: int = 0  # times the request was retracted or preempted and read again
     schema: int = SCHEMA_VERSION
 
     def __post_init__(self):
-        parts = (self.prefix_reused, self.moved, self.read, self.decode_tokens)
-        if min(parts) < 0:
-            raise ValueError(f"{self.rid}: negative token count in {parts}")
+        # Token counts are recorded raw (``prefix_reused`` may even be negative when a policy's
+        # accounting rule is wrong): the accounting check I1 is there to catch it, so neither the
+        # writer nor the reader may clamp or refuse it. Only the identity is structural.
         if self.prefix_reused + self.moved + self.read != self.prompt_tokens:
             raise ValueError(
                 f"{self.rid}: prompt {self.prompt_tokens} != reused {self.prefix_reused} "

@@ -6,8 +6,7 @@ K-span relocation plan (``planner.py``), side-slot bookkeeping (``side.py``), th
 gate and fallback rule (``gates.py``), a request's outcome (``intercept.py``), the plan's execution
 as a state machine over prefix lengths (``cursor.py``) and the authors' log lines with their
 parser (``log_lines.py``). The tensor parts live in ``patches/``
-(``rope.py``: key re-rotation; ``scr_store.py``: side buffer and state shadow). Not yet built:
-the SGLang glue that drives ``SpliceCursor`` (forced chunking of phase 1, splicing slots into
-``prefix_indices``, state save/restore, side-buffer stores at release, the log lines) and the
-``--cache-policy scr`` registration.
+(``rope.py``: key re-rotation with the language model's rotary; ``scr_store.py``: side buffer and
+state shadow) and the SGLang glue that drives ``SpliceCursor`` is ``patches/scr_runtime.py``
+(``--cache-policy scr``, registered in ``policy/registry.py``).
 """

@@ -1,6 +1,9 @@
 """Recurrent-state decisions of SCR (``scr_spec.md`` §9.3, §9.5): may a plan run, and with which state.
 
-Pure functions over the facts the scheduler side knows; the tensor copies are in
+The authors' fallback rule after an abort (§9.5) needs no function here: on the two-phase path the
+restore is a copy made inside block 1's splice, so a request that falls back before it keeps its
+own state (which covers A + B'), and blocks >= 2 never restore; the single-phase case that arms a
+restore on fallback is not ported. Pure functions over the facts the scheduler side knows; the tensor copies are in
 ``patches/scr_store.py``. Modes: ``fork`` (default: at block 1's splice the request's state is
 overwritten by the snapshot taken at the end of the previous turn's prompt), ``strict`` (fork,
 but only when the snapshot covers no more tokens than the surviving rows), ``none`` (never
@@ -56,19 +59,3 @@ def ssm_ready(
     if mode == "fork":
         return Gate(True, freeze_n=rows, restore=True, reason=reason)
     raise ValueError(f"unknown ssm mode {mode!r}")
-
-
-def fallback_restore(*, radix_a: bool, block_index: int | None, carries_restore: bool, side_slot: int | None):
-    """§9.5 fallback rule after an abort, a position mismatch or an allocation failure: the side
-    slot to arm the state restore from, or None to keep the request's own state.
-
-    * prefix from the radix cache and no block spliced yet (block_index <= 1): own state, which
-      already covers A + B';
-    * else, if this record carries the restore (single-phase lead from the side buffer): arm it;
-    * blocks >= 2 carry no restore: leave the already forked state alone.
-    """
-    if radix_a and (block_index or 0) <= 1:
-        return None
-    if carries_restore:
-        return side_slot
-    return None

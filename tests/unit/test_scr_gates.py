@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scr.gates import Gate, fallback_restore, ssm_ready
+from scr.gates import Gate, ssm_ready
 
 HYBRID = dict(has_mamba=True, shadow_ready=True, has_snapshot=True)
 
@@ -42,15 +42,3 @@ def test_ssm_ready(kwargs, expected):
 def test_unknown_mode_is_an_error():
     with pytest.raises(ValueError, match="unknown ssm mode 'lazy'"):
         ssm_ready(mode="lazy", rows=5, ssm_tokens=5, **HYBRID)
-
-
-def test_fallback_keeps_own_state_before_first_splice():  # authors' test 2
-    assert fallback_restore(radix_a=True, block_index=1, carries_restore=True, side_slot=3) is None
-
-
-def test_fallback_restores_after_materialised_lead():  # authors' test 3
-    assert fallback_restore(radix_a=False, block_index=None, carries_restore=True, side_slot=3) == 3
-
-
-def test_fallback_without_restore_leaves_state():  # authors' test 4
-    assert fallback_restore(radix_a=True, block_index=2, carries_restore=False, side_slot=3) is None
