@@ -1,0 +1,101 @@
+"""``--cache-policy scr`` when things go wrong: failing steps, retraction, crowded rounds.
+
+One server with injected faults (``patches/faults.py``: a named SCR step raises for the rids of one
+test) and SGLang's test retraction (``SGLANG_TEST_RETRACT``: every third decode round retracts a
+request when two or more decode). SGLang's strict idle leak check stays on: a slot not given back
+stops the scheduler, which the module teardown reports. Every answer that fell back to a plain
+read is compared with the independent reference's cold read of the same prompt.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from eval.server import output_record, wait_for_events
+from tests.engine.conftest import start_server
+from tests.engine.prompts import prompt_ids
+from tests.engine.test_scr_reference import SCR_ARGS, check, edited
+from tests.reference.hybrid_reference import Reference
+from tests.reference.scr_reference import cold
+
+pytestmark = pytest.mark.engine
+
+FAULTS = ",".join([
+    "scr.restore_state~fault-restore@1",  # block 1's state restore fails
+    "scr.place_rows~fault-place@1",  # copying side rows into the pool fails
+    "scr.side_store~fault-store@1",  # the side store at the first release fails
+    "scr.round~fault-round@1+",  # every plan step of these requests fails
+])
+
+
+@pytest.fixture(scope="module")
+def ref(tiny_model_dir):
+    return Reference(tiny_model_dir)
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model_dir, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("scr_faults")
+    server = start_server(tiny_model_dir, tmp, "scr_faults", [*SCR_ARGS, "--cache-events", str(tmp / "events.jsonl")],
+                          env={"CACHE_POLICY_FAULTS": FAULTS, "SGLANG_TEST_RETRACT": "1"})
+    server.events_path = tmp / "events.jsonl"
+    yield server
+    server.stop()
+    # Containment logs each failure's traceback; anything else fatal (a leak, a dead scheduler) fails.
+    fatal = [line for line in server.fatal_lines() if "Traceback" not in line]
+    assert fatal == [] and "Scheduler hit an exception" not in server.log_text(), server.log_tail()
+
+
+def ask(server, tokens, rid, max_new_tokens=8):
+    return output_record(server.generate(tokens, max_new_tokens, rid=rid))
+
+
+def event(server, rid):
+    return wait_for_events(server.events_path, [rid])[rid]
+
+
+@pytest.mark.parametrize("tag,step,seed", [("fault-restore", "restore", 301), ("fault-place", "place", 311),
+                                           ("fault-round", "round", 321)])
+def test_a_failing_step_ends_in_a_plain_read(server, ref, tag, step, seed):
+    """The step raises on the edited turn: no rows move, the answer is the cold read's, the event
+    says why, and the server keeps serving (the next request is answered)."""
+    first, second = edited(seed, [(1400, 1600)])
+    ask(server, first, f"{tag}.1")
+    two = ask(server, second, f"{tag}.2")
+    record = event(server, f"{tag}.2")
+    assert record["moved"] == 0 and record["fallback"] and step in record["fallback"], record
+    check(two, cold(ref, second, two["output_ids"]), f"{step} fault -> plain read")
+    assert f"rid={tag}.2 step=" in server.log_text()
+    assert len(ask(server, prompt_ids(7, 64), f"{tag}.after")["output_ids"]) == 8
+
+
+def test_a_failing_side_store_drops_the_session(server, ref):
+    """The store fails at turn 1's release: the half-written slot is given up, so turn 2 cannot
+    relocate from it (a plain read, equal to the cold reference)."""
+    first, second = edited(401, [(1400, 1600)])
+    ask(server, first, "fault-store.1")
+    assert "store" in (event(server, "fault-store.1")["fallback"] or "")
+    two = ask(server, second, "fault-store.2")
+    assert event(server, "fault-store.2")["moved"] == 0
+    check(two, cold(ref, second, two["output_ids"]), "store fault -> next turn plain")
+
+
+def test_retracted_spliced_requests_give_everything_back(server, ref):
+    """Two spliced requests decode together; test retraction takes one of them back every third
+    round. A retracted request is read again without relocation and finishes; nothing leaks
+    (strict idle check), and its event counts the retraction and says why it fell back."""
+    convs = [edited(seed, [(1400, 1600)]) for seed in (411, 421)]
+    for n, (first, _) in enumerate(convs):
+        ask(server, first, f"retract-{n}.1")
+    with ThreadPoolExecutor(2) as pool:
+        twos = list(pool.map(lambda n: ask(server, convs[n][1], f"retract-{n}.2", 24), range(2)))
+    events = [event(server, f"retract-{n}.2") for n in range(2)]
+    assert all(len(two["output_ids"]) == 24 for two in twos)
+    assert sum(e["retractions"] for e in events) > 0, events
+    for e in events:
+        assert e["moved"] > 0  # both relocated at admission
+        if e["retractions"]:
+            assert e["fallback"].startswith("retracted"), e
+    assert len(ask(server, prompt_ids(9, 64), "retract.after")["output_ids"]) == 8
