@@ -99,3 +99,12 @@ def test_retracted_spliced_requests_give_everything_back(server, ref):
         if e["retractions"]:
             assert e["fallback"].startswith("retracted"), e
     assert len(ask(server, prompt_ids(9, 64), "retract.after")["output_ids"]) == 8
+
+
+@pytest.mark.parametrize("knob", ["pin=1", "lead=1", "force=1", "v6=0"])
+def test_a_single_phase_knob_is_refused_per_request(server, knob):
+    """The single-phase path is not ported: a salt asking for it gets a 400 naming the knob (it
+    used to run full SCR silently), and the server keeps serving."""
+    with pytest.raises(RuntimeError, match=r"-> 400: .*" + knob.split("=")[0]):
+        server.generate(prompt_ids(13, 64), 4, rid=f"knob-{knob}", extra_key=f"kvreuse:knobs:{knob}")
+    assert len(ask(server, prompt_ids(13, 64), f"knob-{knob}.after")["output_ids"]) == 8
