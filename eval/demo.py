@@ -59,7 +59,8 @@ POLICY_ARGS = {
     "radix": [],
     "exact": ["--cache-policy-set", "piece_tokens=64", "--cache-policy-set", "retain_every=256"],
     # Sessions match on a 256-token common prefix (the authors' 1,024 is longer than these prompts).
-    "scr": ["--cache-policy-set", "match_min_tokens=256", "--cache-policy-set", "side_sessions=4",
+    # side_sessions = max_sessions: the fidelity run after the conversation opens a dozen sessions.
+    "scr": ["--cache-policy-set", "match_min_tokens=256", "--cache-policy-set", "side_sessions=16",
             "--cache-policy-set", "side_tokens=4096"],
 }
 MAX_TOKENS = 12
@@ -146,11 +147,14 @@ def run(model_dir: Path, out_dir: Path, policy: str = "radix", max_tokens: int =
         for record in records:
             print(f"[demo] turn {record['turn'] + 1} ({record['kind']}) done in {record['seconds']:.1f}s", flush=True)
         wait_for_events(paths["events.jsonl"], [record["rid"] for record in records])
+        # Ingested before anything else is sent: the join check wants only the workload's requests.
+        ingested, failures = report.ingest(paths["events.jsonl"], run_dir / "report", log_path=paths["server.log"],
+                                           client_path=paths["client.jsonl"], policy=policy)
+        fidelity_summary = run_demo_fidelity(server.url, run_dir / "fidelity", paths["events.jsonl"]) \
+            if policy == "scr" else None
     fatal = server.fatal_lines()
     if fatal:
         raise RuntimeError("server reported errors:\n" + "\n".join(fatal))
-    ingested, failures = report.ingest(paths["events.jsonl"], run_dir / "report", log_path=paths["server.log"],
-                                       client_path=paths["client.jsonl"], policy=policy)
     by_rid = {row.rid: row for row in ingested}
     rows = []
     for record in records:
@@ -161,7 +165,25 @@ def run(model_dir: Path, out_dir: Path, policy: str = "radix", max_tokens: int =
                      "seconds": record["seconds"], "prompt_tokens": row.prompt_tokens,
                      "prefix_reused": row.prefix_reused, "moved": row.moved, "read": row.read,
                      "decode": row.decode, "class": row.klass})
-    return {"rows": rows, "report": run_dir / "report", "failures": failures}
+    if fidelity_summary is not None:
+        failures = [*failures, *(f"fidelity: {c}" for c in fidelity_summary.get("checks_failed", []))]
+    return {"rows": rows, "report": run_dir / "report", "failures": failures, "fidelity": fidelity_summary}
+
+
+# The edited turn of the fidelity check: a 1,000-token conversation whose second turn deletes
+# [500, 700) and appends 40 tokens (sessions match on 256 common tokens here), under the three arms.
+FIDELITY_SPEC = {"scenarios": [{"name": "demo-edit", "seed": 7, "first": 1000,
+                                "edits": [{"delete": [[500, 700]], "append": 40}]}]}
+
+
+def run_demo_fidelity(url: str, out_dir: Path, events: Path) -> dict:
+    """``python -m eval.fidelity`` on the scr server: the edited turn served by scr vs read cold."""
+    from eval.fidelity import run_fidelity
+    from eval.fidelity.scenarios import parse_spec
+
+    print("[demo] fidelity: the edited turn under scr (fork, none, no re-rotation) vs a cold read", flush=True)
+    return run_fidelity(url, out_dir, scenarios=parse_spec(FIDELITY_SPEC, "eval.demo"), events_path=events,
+                        tokens=16, top=20)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -188,6 +210,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Side by side (python -m eval.report compare; PFLOPs as if the model were Qwen3.6-27B; "
           f"ratios to {comparison['baseline']}):")
     print(comparison["markdown"])
+    fidelity = results.get("scr", {}).get("fidelity")
+    if fidelity is not None:
+        print()
+        print("How far scr's answers are from a cold read of the same prompt (python -m eval.fidelity):")
+        print(fidelity["markdown"] if "markdown" in fidelity else (args.out / "scr" / "fidelity" / "table.md").read_text())
     print(f"\nFiles: {args.out}/<policy>/report/requests.csv, {args.out / 'compare'}/table.md and plots")
     failed = False
     for policy, result in results.items():

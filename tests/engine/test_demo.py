@@ -92,6 +92,15 @@ def test_demo_end_to_end(tiny_model_dir, tmp_path, capsys):
     assert table[3].split()[:3] == ["turn", "1", "first"]
     assert [line.split()[2] for line in table[3:]] == ["first", "append", "edited", "append"]
     assert "| metric | " + " | ".join(ran) + " |" in out
+    # The fidelity check on scr's edited turn: each arm relocated, and a missing re-rotation is
+    # visibly worse than the rotated arms (first-token KL against the cold read).
+    assert "How far scr's answers are from a cold read" in out and "tiny random model" in out
+    fidelity = json.loads((tmp_path / "scr" / "fidelity" / "summary.json").read_text())
+    assert fidelity["checks_failed"] == []
+    lines = (tmp_path / "scr" / "fidelity" / "fidelity.jsonl").read_text().splitlines()
+    rows = {row["arm"]: row for row in map(json.loads, lines)}
+    assert set(rows) == {"fork", "none", "norerot"} and all(row["moved"] > 0 for row in rows.values())
+    assert rows["norerot"]["kl_first"] > 10 * max(rows["fork"]["kl_first"], rows["none"]["kl_first"])
     compare = json.loads((tmp_path / "compare" / "table.json").read_text())
     assert compare["baseline"] == "radix" and compare["table"]["radix"]["pflops_per_request_ratio"] == 1.0
     for name in ("table.md", "table.csv", "provenance_stack.png", "read_cdf.png"):

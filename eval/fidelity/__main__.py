@@ -1,0 +1,53 @@
+"""``python -m eval.fidelity``: see ``eval/fidelity/__init__.py``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+PROG = "python -m eval.fidelity"
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be >= 1")
+    return value
+
+
+def main(argv: list[str] | None = None) -> int:
+    from eval.fidelity import ScenarioError, ServerError, UsageError, load_scenarios, run_fidelity
+    from eval.fidelity.run import DEFAULT_TOKENS, DEFAULT_TOP
+
+    parser = argparse.ArgumentParser(prog=PROG, description="How far scr answers are from a cold read.")
+    parser.add_argument("--server", required=True, help="loopback base URL, e.g. http://127.0.0.1:30000")
+    parser.add_argument("--out", type=Path, required=True, help="output directory")
+    parser.add_argument("--scenarios", type=Path, default=None, help="scenario JSON file (default: built-in set)")
+    parser.add_argument("--events", type=Path, default=None, help="the server's --cache-events file")
+    parser.add_argument("--tokens", type=_positive, default=DEFAULT_TOKENS, help="greedy tokens per request")
+    parser.add_argument("--top", type=_positive, default=DEFAULT_TOP, help="top-K logprobs for the KL")
+    args = parser.parse_args(argv)
+    try:
+        scenarios = load_scenarios(args.scenarios) if args.scenarios is not None else None
+        summary = run_fidelity(args.server, args.out, scenarios, args.events, args.tokens, args.top)
+    except (ScenarioError, UsageError) as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    except ServerError as exc:
+        print(f"{PROG}: server error: {exc}", file=sys.stderr)
+        return 1
+    print(summary["markdown"])
+    print(f"-> {', '.join(summary['files'])}")
+    for warning in summary["warnings"]:
+        print(f"warning: {warning}", file=sys.stderr)
+    for failure in summary["checks_failed"]:
+        print(f"CHECK FAILED {failure}", file=sys.stderr)
+    return 1 if summary["checks_failed"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
