@@ -30,10 +30,13 @@ class ReplayTree:
         self.texts: list[tuple[int, ...]] = []  # KV held: each a prefix of a served prompt
         self.snapshots: set[tuple[int, ...]] = set()  # the token prefix before each snapshot
 
-    def serve(self, prompt: Sequence[int]) -> tuple[int, dict]:
-        """Serve one prompt: returns (c*, keep points) and records what the read leaves behind."""
+    def serve(self, prompt: Sequence[int], cap: int | None = None) -> tuple[int, dict]:
+        """Serve one prompt: returns (c*, keep points) and records what the read leaves behind.
+
+        ``cap``: SGLang matched no further than this (a request asking for prompt logprobs from
+        ``logprob_start_len``; the event's ``match_cap``)."""
         prompt = tuple(prompt)
-        head = prompt[: len(prompt) - 1]
+        head = prompt[: len(prompt) - 1 if cap is None else min(cap, len(prompt) - 1)]
         matched = max((_common_prefix(head, text) for text in self.texts), default=0)
         bound = resume_bound(matched, len(prompt), self.piece, self.spec_drop)
         depths = [d for d in range(self.piece, bound + 1, self.piece) if prompt[:d] in self.snapshots]
@@ -46,7 +49,13 @@ class ReplayTree:
         return resume, keep
 
 
-def replay(prompts: Sequence[Sequence[int]], *, piece: int, retain_every: int, spec_drop: int = 0) -> list[int]:
-    """Serve ``prompts`` in order (no eviction) and return the resume point c* of each."""
+def replay(prompts: Sequence[Sequence[int]], *, piece: int, retain_every: int, spec_drop: int = 0,
+           caps: Sequence[int | None] | None = None) -> list[int]:
+    """Serve ``prompts`` in order (no eviction) and return the resume point c* of each.
+
+    ``caps``: per prompt, the prefix-match cap SGLang applied (events' ``match_cap``; None: none)."""
     tree = ReplayTree(piece, retain_every, spec_drop)
-    return [tree.serve(prompt)[0] for prompt in prompts]
+    caps = list(caps) if caps is not None else [None] * len(prompts)
+    if len(caps) != len(prompts):
+        raise ValueError(f"{len(caps)} caps for {len(prompts)} prompts")
+    return [tree.serve(prompt, cap)[0] for prompt, cap in zip(prompts, caps)]

@@ -27,6 +27,8 @@ parallelism) never interleave. Readers (``eval/``) use ``policy.events.RequestEv
 | fallback       | str / null  | why a policy step fell back to a plain read (``scr``: the step and    |
 |                |             | the error, or ``retracted: …``); null when the plan ran as decided     |
 | retractions    | int         | times SGLang retracted or preempted the request and read it again     |
+| match_cap      | int / null  | the prefix match was capped at this many tokens (a request asking for |
+|                |             | prompt logprobs from ``logprob_start_len``); null when not capped      |
 
 Identity, always: ``prompt_tokens == prefix_reused + moved + read``. The counts are raw: ``scr``
 writes ``prefix_reused = cached_tokens - 2 * moved`` unclamped, so a wrong rule shows up as a

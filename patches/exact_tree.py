@@ -44,14 +44,19 @@ class ExactRadixCache(UnifiedRadixCache):
             return super().match_prefix(params)  # internal re-matches after an insert
         key = params.key
         matched, states = self.walk(key)
-        plan = self.executor.plan_exact(req, matched, states)
-        limited = RadixKey(key.token_ids, key.extra_key, limit=plan.resume, is_bigram=key.is_bigram)
+        try:
+            resume = self.executor.plan_exact(req, matched, states).resume
+        except Exception as exc:  # noqa: BLE001 - not even a cold read could be planned: end the request
+            self.executor._abort(req, self.executor._failed(req, "plan", "abort", exc))
+            resume = 0
+        limited = RadixKey(key.token_ids, key.extra_key, limit=resume, is_bigram=key.is_bigram)
         result = super().match_prefix(MatchPrefixParams(key=limited, cow_mamba=params.cow_mamba, req=req))
-        if len(result.device_indices) != plan.resume:
-            raise AssertionError(
-                f"exact: {req.rid} planned to resume at {plan.resume}, the tree served "
-                f"{len(result.device_indices)} (snapshot depths on the path: {states})"
-            )
+        if len(result.device_indices) != resume:
+            # Resuming anywhere but the plan's c* breaks bit-identity: end this request, not the server.
+            problem = AssertionError(
+                f"exact: {req.rid} planned to resume at {resume}, the tree served "
+                f"{len(result.device_indices)} (snapshot depths on the path: {states})")
+            self.executor._abort(req, self.executor._failed(req, "match", "abort", problem))
         return result
 
     def walk(self, key: RadixKey) -> tuple[int, tuple[int, ...]]:

@@ -54,7 +54,7 @@ import sglang
 import torch
 
 from patches.events import EventWriter
-from patches.executor import finish_type
+from patches.executor import finish_type, match_cap
 from patches import faults
 from patches.rope import rerotate_keys_from_cache, text_rotary
 from patches.scr_store import SideBuffer, StateShadow
@@ -715,7 +715,7 @@ class ScrRuntime:
             moved=state.moved, read=prompt - reused - state.moved, decode_tokens=len(req.output_ids),
             cache_salt=req.extra_key, plan_resume=None, finish_reason=finish_type(req.finished_reason),
             queued_ts=state.queued_ts, finished_ts=time.time(), blocks=state.blocks,
-            fallback=state.fallback, retractions=state.retractions,
+            fallback=state.fallback, retractions=state.retractions, match_cap=match_cap(req, prompt),
         ))
 
     # ------------------------------------------------------------------ idle

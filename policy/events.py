@@ -30,6 +30,7 @@ class RequestEvent:
     blocks: int = 0  # blocks of relocated rows spliced into the prompt (scr; 0 for other policies)
     fallback: str | None = None  # why a policy step fell back to a plain read (null when none did)
     retractions: int = 0  # times the request was retracted or preempted and read again
+    match_cap: int | None = None  # SGLang capped the prefix match here (logprob_start_len); else null
     schema: int = SCHEMA_VERSION
 
     def __post_init__(self):

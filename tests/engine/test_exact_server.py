@@ -188,3 +188,19 @@ def test_launcher_checks_what_sglang_resolved_not_just_the_command_line(tiny_mod
     )
     assert result.returncode == 2
     assert "needs --chunked-prefill-size 832, SGLang resolved 128" in result.stderr
+
+
+def test_a_capped_match_is_recorded_and_replayed(exact_server):
+    """A request asking for prompt logprobs from ``logprob_start_len`` is matched no further than
+    that (SGLang's rule): the event records the cap, and ``replay`` given the cap agrees with the
+    server; the capped answer is still the cold one, bit for bit."""
+    prompts = [prompt_ids(seed=140, length=300)] * 2
+    exact_server.flush_cache()
+    first = output_record(exact_server.generate(prompts[0], DECODE, rid="cap.1"))
+    capped = exact_server.generate(prompts[1], DECODE, rid="cap.2", logprob_start_len=100)
+    events = wait_for_events(exact_server.events_path, ["cap.1", "cap.2"])
+    assert events["cap.2"]["match_cap"] == 100 and events["cap.1"]["match_cap"] is None
+    caps = [events["cap.1"]["match_cap"], events["cap.2"]["match_cap"]]
+    assert [first["cached_tokens"], output_record(capped)["cached_tokens"]] == \
+        replay(prompts, piece=B, retain_every=R, caps=caps) == [0, 0]
+    assert replay(prompts, piece=B, retain_every=R) == [0, 256]  # what an uncapped request would reuse

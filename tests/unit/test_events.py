@@ -53,13 +53,14 @@ EVENT_DICT = {
     "blocks": 0,
     "fallback": None,
     "retractions": 0,
+    "match_cap": None,
     "schema": 1,
 }
 
 EVENT_LINE = (
     '{"blocks": 0, "cache_salt": null, "decode_tokens": 3, "fallback": null, "finish_reason": "stop", '
-    '"finished_ts": 101.5, "forwards_off_plan": 0, "moved": 0, "plan_resume": 4, "policy": "radix", '
-    '"prefix_reused": 4, "prompt_tokens": 10, "queued_ts": 100.0, "read": 6, "retractions": 0, "rid": "r1", '
+    '"finished_ts": 101.5, "forwards_off_plan": 0, "match_cap": null, "moved": 0, "plan_resume": 4, '
+    '"policy": "radix", "prefix_reused": 4, "prompt_tokens": 10, "queued_ts": 100.0, "read": 6, "retractions": 0, "rid": "r1", '
     '"schema": 1, "snapshots": []}'
 )
 

@@ -560,3 +560,15 @@ def test_replay_matches_brute_force(spec_drop):
         checked += len(prompts)
         hits += sum(1 for resume, _ in expected if resume > 0)
     assert checked > 500 and hits > 100  # the traces exercise reuse, not just cold reads
+
+
+def test_replay_with_a_match_cap():
+    """A cold 300-token read keeps one snapshot, at 256 (B = 64, R = 256). Read again, the prompt
+    resumes there; capped at 100 (a request asking for prompt logprobs from 100), no snapshot lies
+    within reach and it resumes at 0; a cap beyond the usual len - 1 changes nothing."""
+    prompt = list(range(300))
+    assert replay([prompt, prompt], piece=B, retain_every=R) == [0, 256]
+    assert replay([prompt, prompt], piece=B, retain_every=R, caps=[None, 100]) == [0, 0]
+    assert replay([prompt, prompt], piece=B, retain_every=R, caps=[None, 299]) == [0, 256]
+    with pytest.raises(ValueError, match="1 caps for 2 prompts"):
+        replay([prompt, prompt], piece=B, retain_every=R, caps=[None])

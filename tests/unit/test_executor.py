@@ -17,6 +17,7 @@ from exact_cache.policy import ExactPolicy
 from patches.events import EventWriter
 from patches.executor import OFF_PLAN_LOG, PolicyExecutor
 from policy.api import Extend, Plan, Snapshot
+from policy.events import read_events
 from policy.radix import RadixConfig, RadixPolicy
 
 
@@ -35,6 +36,7 @@ class FakeReq:
     output_ids: list = field(default_factory=list)
     cached_tokens: int = 0
     finished_reason: object = None
+    to_finish: object = None
 
     def finished(self) -> bool:
         return self.finished_reason is not None
@@ -133,8 +135,10 @@ def test_a_plan_that_does_not_resume_at_the_tree_hit_is_refused():
             return Plan(rid=arrival.rid, resume=0, steps=(Extend(0, len(arrival.tokens)),))
 
     executor = PolicyExecutor(Greedy(), None)
-    with pytest.raises(NotImplementedError, match="resume 0 differs from the tree hit 2"):
-        executor.on_matched(FakeReq("r5", [1, 2, 3, 4], prefix_indices=[0, 0]))
+    # Contained: SGLang's own match stands (a plain radix read), the reason goes to the event.
+    assert executor.on_matched(FakeReq("r5", [1, 2, 3, 4], prefix_indices=[0, 0])) is None
+    tracked = executor._tracked["r5"]
+    assert tracked.plan is None and "resume 0 differs from the tree hit 2" in tracked.fallback
 
 
 # ---------------------------------------------------------------------- exact: plans made inside the tree
@@ -263,31 +267,79 @@ def test_replanning_a_waiting_request_resets_its_progress():
         pytest.param(256, True, id="tree-serves-more"),
     ],
 )
-def test_on_matched_checks_the_tree_against_the_plan(prefix_len, raises):
+def test_on_matched_checks_the_tree_against_the_plan(prefix_len, raises, aborts):
     executor = exact_executor()
     req = FakeReq("x8", list(range(300)))
     executor.plan_exact(req, 200, (192,))  # c* = 192
     req.prefix_indices = [0] * prefix_len
-    if raises:
-        with pytest.raises(AssertionError) as info:
-            executor.on_matched(req)
-        assert str(info.value) == f"x8: SGLang resumes at {prefix_len}, the plan at 192"
+    assert executor.on_matched(req) is None
+    if raises:  # the answer could not be exact: the request (not the server) ends, with the reason
+        assert req.to_finish == f"cache policy exact: match: AssertionError: SGLang resumes at {prefix_len}, the plan at 192"
+        assert executor._tracked["x8"].fallback.endswith(f"resumes at {prefix_len}, the plan at 192")
     else:
-        assert executor.on_matched(req) is None
+        assert req.to_finish is None
     assert executor._tracked["x8"].plan.resume == 192  # on_matched never replans in the tree mode
 
 
-def test_on_matched_without_a_plan_from_the_tree():
+def test_on_matched_without_a_plan_from_the_tree(aborts):
     executor = exact_executor()
-    with pytest.raises(AssertionError) as info:
-        executor.on_matched(FakeReq("x9", [1, 2, 3]))
-    assert str(info.value) == "x9: SGLang resumes at 0, the plan at None"
+    req = FakeReq("x9", [1, 2, 3])
+    executor.on_matched(req)
+    assert req.to_finish == "cache policy exact: match: AssertionError: SGLang resumes at 0, the plan at None"
 
 
 def test_a_plan_with_snapshots_is_refused_outside_the_tree():
     executor = PolicyExecutor(ExactPolicy(EXACT), None)  # plans_in_tree=False
-    with pytest.raises(NotImplementedError) as info:
-        executor.on_matched(FakeReq("x10", list(range(300))))
-    assert str(info.value) == (
-        "plan x10: step Snapshot(at=256, kind='periodic') needs a policy that plans inside the tree"
+    executor.on_matched(FakeReq("x10", list(range(300))))
+    assert executor._tracked["x10"].fallback == (
+        "plan: NotImplementedError: plan x10: step Snapshot(at=256, kind='periodic') needs a policy that "
+        "plans inside the tree"
     )
+
+
+@pytest.fixture
+def aborts(monkeypatch):
+    """``_abort`` without SGLang: the finish reason is its message."""
+    import patches.executor as executor_module
+
+    monkeypatch.setattr(executor_module, "abort_reason", lambda message: message)
+
+
+def test_a_failing_exact_plan_falls_back_to_a_cold_read(monkeypatch):
+    """Planning raises (here: an injected fault): the request is planned as a cold read, which is
+    exact by definition; the event records why."""
+    from patches import faults
+
+    monkeypatch.setattr(faults, "_PLAN", faults.parse("exact.plan~x11@1"))
+    monkeypatch.setattr(faults, "_CALLS", {})
+    executor = exact_executor()
+    req = FakeReq("x11", list(range(300)))
+    plan = executor.plan_exact(req, 200, (192,))
+    assert plan.resume == 0 and [f for f in plan.forwards()] == COLD_300_FORWARDS
+    assert executor._tracked["x11"].fallback.startswith("plan: InjectedFault")
+
+
+def test_a_failing_release_still_writes_the_event(tmp_path, monkeypatch):
+    from patches import faults
+
+    monkeypatch.setattr(faults, "_PLAN", faults.parse("radix.release@1"))
+    monkeypatch.setattr(faults, "_CALLS", {})
+    events = EventWriter(str(tmp_path / "events.jsonl"))
+    executor = PolicyExecutor(RadixPolicy(RadixConfig()), events)
+    req = FakeReq("r9", [1, 2, 3, 4], prefix_indices=[0, 0])
+    executor.on_matched(req)
+    req.finished_reason = "stop"
+    executor.on_release(req)
+    (event,) = read_events(str(tmp_path / "events.jsonl"))
+    assert event.rid == "r9" and event.fallback.startswith("release: InjectedFault")
+
+
+def test_match_cap_is_the_logprob_start_len_below_the_usual_limit():
+    from patches.executor import match_cap
+
+    class Req:
+        def __init__(self, ret, start):
+            self.return_logprob, self.logprob_start_len = ret, start
+
+    assert [match_cap(Req(*case), 100) for case in [(True, 10), (True, -1), (False, 10), (True, 99), (True, 98)]] \
+        == [10, None, None, None, 98]
