@@ -178,10 +178,16 @@ def _install_policy_hooks(register, spec) -> None:
             _state["executor"].on_idle(scheduler)
 
     if spec.policy == "exact":
+        from patches.cpu import platform as cpu_platform
         from patches.exact_tree import register_backend, whole_piece_budget
 
         register_backend()
         register(ADD_CHUNKED_REQ, whole_piece_budget, "around")
+        if not cpu_platform.cuda_available():
+            # A decode batch must not change a row's bits (GPU: --enable-deterministic-inference).
+            from patches import row_invariance
+
+            row_invariance.install(register)
     register(SCHEDULER_INIT, after_scheduler_init, "after")
     register(REQ_MATCHED, after_match, "after")
     register(RELEASE_KV, before_release, "before")

@@ -204,3 +204,34 @@ def test_a_capped_match_is_recorded_and_replayed(exact_server):
     assert [first["cached_tokens"], output_record(capped)["cached_tokens"]] == \
         replay(prompts, piece=B, retain_every=R, caps=caps) == [0, 0]
     assert replay(prompts, piece=B, retain_every=R) == [0, 256]  # what an uncapped request would reuse
+
+
+@pytest.mark.parametrize("neighbours", [1, 3])
+def test_a_warm_answer_decoded_beside_others_is_the_cold_solo_answer(exact_server, neighbours):
+    """Exact under load: the warm request decodes in one batch with 1 or 3 others (each in its own
+    namespace), and its ids and logprobs must still equal, bit for bit, the cold read decoded
+    alone. On CPU a batched fp32 GEMM gives a row other bits than the same row alone, so the
+    exact policy computes the small (decode-sized) matrix products row by row."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    prompt = prompt_ids(seed=150 + neighbours, length=300)
+    others = [prompt_ids(seed=160 + n, length=200) for n in range(neighbours)]
+    exact_server.flush_cache()
+    exact_server.generate(prompt, 2)  # cache it: the next read of it is warm
+    tokens = 24
+
+    def ask(args):
+        ids, key = args
+        return output_record(exact_server.generate(ids, tokens, extra_key=key))
+
+    with ThreadPoolExecutor(neighbours + 1) as pool:
+        # The neighbours first, so they are decoding when the warm request joins the batch.
+        futures = [pool.submit(ask, (ids, f"neighbour-{n}")) for n, ids in enumerate(others)]
+        warm = pool.submit(ask, (prompt, None)).result()
+        [f.result() for f in futures]
+    assert warm["cached_tokens"] > 0
+    exact_server.flush_cache()
+    cold = output_record(exact_server.generate(prompt, tokens))
+    assert cold["cached_tokens"] == 0
+    assert warm["output_ids"] == cold["output_ids"]
+    assert warm["logprobs"] == cold["logprobs"]  # bit for bit
