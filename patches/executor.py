@@ -245,6 +245,12 @@ class PolicyExecutor:
             )
         )
 
+    def on_abort(self, scheduler, recv_req) -> None:
+        """BEFORE ``Scheduler.abort_request``: requests it pops from the waiting queue never reach
+        ``release_kv_cache``; forget them here (they read nothing, so they write no event)."""
+        for rid in aborted_waiting(scheduler, recv_req):
+            self._tracked.pop(rid, None)
+
     # ------------------------------------------------------------------ idle
 
     def on_idle(self, scheduler) -> None:
@@ -259,6 +265,14 @@ class PolicyExecutor:
         except AssertionError:
             # A broken invariant is a bug to see in the log, not a reason to stop serving.
             logger.exception("cache-policy executor: policy invariant check failed")
+
+
+def aborted_waiting(scheduler, recv_req) -> list[str]:
+    """Rids ``Scheduler.abort_request`` will pop from the waiting queue (its own rule: every
+    request when ``abort_all``, else those whose rid starts with the given one)."""
+    prefix = getattr(recv_req, "rid", None) or ""
+    everything = bool(getattr(recv_req, "abort_all", False))
+    return [req.rid for req in scheduler.waiting_queue if everything or req.rid.startswith(prefix)]
 
 
 def abort_reason(message: str):

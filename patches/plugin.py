@@ -30,6 +30,7 @@ SCHEDULER_INIT = "sglang.srt.managers.scheduler.Scheduler.__init__"
 ADD_CHUNKED_REQ = "sglang.srt.managers.schedule_policy.PrefillAdder.add_chunked_req"
 ADD_ONE_REQ = "sglang.srt.managers.schedule_policy.PrefillAdder.add_one_req"
 ENQUEUE = "sglang.srt.managers.scheduler.Scheduler._add_request_to_queue"
+ABORT = "sglang.srt.managers.scheduler.Scheduler.abort_request"
 PREFILL_RESULT = ("sglang.srt.managers.scheduler_components.batch_result_processor."
                   "SchedulerBatchResultProcessor.process_batch_result_prefill")
 
@@ -79,6 +80,10 @@ def install() -> None:
     use_cpu = not cpu_platform.cuda_available()
     if use_cpu:
         cpu_platform.install(register)
+
+    from patches import validation  # request checks before the scheduler, for every policy and none
+
+    validation.install(register)
 
     spec = current_spec()
     if spec is not None:
@@ -177,6 +182,10 @@ def _install_policy_hooks(register, spec) -> None:
         if _state["executor"] is not None:
             _state["executor"].on_idle(scheduler)
 
+    def before_abort(scheduler, recv_req, *args, **kwargs):
+        if _state["executor"] is not None:
+            _state["executor"].on_abort(scheduler, recv_req)
+
     if spec.policy == "exact":
         from patches.cpu import platform as cpu_platform
         from patches.exact_tree import register_backend, whole_piece_budget
@@ -192,6 +201,7 @@ def _install_policy_hooks(register, spec) -> None:
     register(REQ_MATCHED, after_match, "after")
     register(RELEASE_KV, before_release, "before")
     register(SCHEDULER_IDLE, before_idle, "before")
+    register(ABORT, before_abort, "before")
 
 
 def _install_scr_hooks(register, spec) -> None:
@@ -246,6 +256,10 @@ def _install_scr_hooks(register, spec) -> None:
         if runtime() is not None:
             runtime().on_idle(scheduler)
 
+    def before_abort(scheduler, recv_req, *args, **kwargs):
+        if runtime() is not None:
+            runtime().on_abort(scheduler, recv_req)
+
     register(SCHEDULER_INIT, after_scheduler_init, "after")
     register(ENQUEUE, before_enqueue, "before")
     register(REQ_MATCHED, around_init_round, "around")
@@ -254,6 +268,7 @@ def _install_scr_hooks(register, spec) -> None:
     register(PREFILL_RESULT, after_prefill, "after")
     register(RELEASE_KV, before_release, "before")
     register(SCHEDULER_IDLE, before_idle, "before")
+    register(ABORT, before_abort, "before")
 
 
 def is_leader(scheduler) -> bool:

@@ -54,7 +54,7 @@ import sglang
 import torch
 
 from patches.events import EventWriter
-from patches.executor import finish_type, match_cap
+from patches.executor import aborted_waiting, finish_type, match_cap
 from patches import faults
 from patches.rope import rerotate_keys_from_cache, text_rotary
 from patches.scr_store import SideBuffer, StateShadow
@@ -717,6 +717,20 @@ class ScrRuntime:
             queued_ts=state.queued_ts, finished_ts=time.time(), blocks=state.blocks,
             fallback=state.fallback, retractions=state.retractions, match_cap=match_cap(req, prompt),
         ))
+
+    def on_abort(self, scheduler, recv_req) -> None:
+        """BEFORE ``Scheduler.abort_request``: a request popped from the waiting queue never reaches
+        ``release_kv_cache``; count it out of its session (nothing stored, no event: it read nothing)
+        and give back a splice made on the waiting queue."""
+        for rid in aborted_waiting(scheduler, recv_req):
+            state = self._reqs.pop(rid, None)
+            if state is None:
+                continue
+            if state.direct is not None:
+                slots, _ = state.direct
+                self.allocator.free(slots)
+            if state.sid is not None and self.policy.sessions.get(state.sid) is not None:
+                self._contain("abort", None, None, self.policy.sessions.finish, state.sid, (), False)
 
     # ------------------------------------------------------------------ idle
 

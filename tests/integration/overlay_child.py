@@ -62,12 +62,14 @@ def run_expecting_exit(action) -> None:
 
 
 def expected_targets() -> list[str]:
-    from patches import plugin
+    from patches import plugin, validation
     from patches.cpu import platform as cpu_platform
 
     targets = [t for t, _ in cpu_platform.KERNEL_REPLACEMENTS] + [cpu_platform.SERVER_ARGS_POST_INIT]
+    targets += list(validation.TARGETS)
     if os.environ.get("CACHE_POLICY_SPEC"):
-        targets += [plugin.REQ_MATCHED, plugin.RELEASE_KV, plugin.SCHEDULER_IDLE, plugin.SCHEDULER_INIT]
+        targets += [plugin.REQ_MATCHED, plugin.RELEASE_KV, plugin.SCHEDULER_IDLE, plugin.SCHEDULER_INIT,
+                    plugin.ABORT]
     return targets
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from patches import plugin
+from patches import plugin, validation
 from patches.cpu import platform as cpu_platform
 from policy.registry import SPEC_ENV, PolicySpec
 
@@ -31,8 +31,9 @@ CHILD_TIMEOUT_S = 240  # a child needs ~8 CPU-seconds; the box is shared
 SUMMARY_PREFIX = "OVERLAY_CHILD_SUMMARY "
 MISSING_TARGET = "sglang.srt.mem_cache.common.no_such_function"
 
-POLICY_TARGETS = {plugin.REQ_MATCHED, plugin.RELEASE_KV, plugin.SCHEDULER_IDLE, plugin.SCHEDULER_INIT}
+POLICY_TARGETS = {plugin.REQ_MATCHED, plugin.RELEASE_KV, plugin.SCHEDULER_IDLE, plugin.SCHEDULER_INIT, plugin.ABORT}
 CPU_TARGETS = {target for target, _ in cpu_platform.KERNEL_REPLACEMENTS} | {cpu_platform.SERVER_ARGS_POST_INIT}
+VALIDATION_TARGETS = set(validation.TARGETS)  # request checks: installed with or without a policy
 OUR_SOURCE = [["cache_policy", "hybrid-cache-policies"]]  # (entry point name, distribution)
 INSTALLED_RE = re.compile(
     r"^\[cache-policy\] overlay installed pid=(\d+) cpu_platform=(True|False) policy=(\S+) hooks=(\d+)$"
@@ -127,14 +128,14 @@ def _check_discovery(result: ChildResult, expected: set[str], policy: str) -> No
 
 def test_entry_point_installs_policy_and_cpu_hooks(children):
     result = children["policy"].result()
-    assert len(POLICY_TARGETS | CPU_TARGETS) == 13
-    _check_discovery(result, POLICY_TARGETS | CPU_TARGETS, policy="radix")
+    assert len(POLICY_TARGETS | CPU_TARGETS | VALIDATION_TARGETS) == 20
+    _check_discovery(result, POLICY_TARGETS | CPU_TARGETS | VALIDATION_TARGETS, policy="radix")
 
 
 def test_entry_point_without_spec_installs_only_cpu_hooks(children):
     result = children["stock"].result()
-    assert len(CPU_TARGETS) == 9
-    _check_discovery(result, CPU_TARGETS, policy="None")
+    assert len(CPU_TARGETS | VALIDATION_TARGETS) == 15
+    _check_discovery(result, CPU_TARGETS | VALIDATION_TARGETS, policy="None")
 
 
 # ---------------------------------------------------------------------- 2. hooks on real objects
@@ -166,6 +167,9 @@ def test_hooks_plan_and_release_on_real_cache(children):
         "snapshots": [],
         "forwards_off_plan": 0,
         "blocks": 0,
+        "fallback": None,
+        "retractions": 0,
+        "match_cap": None,
         "rid": "req-b",
         "policy": "radix",
         "prompt_tokens": 17,
@@ -242,7 +246,7 @@ def test_unparseable_spec_stops_process_under_sglang_loader(children):
     assert summary["message"].startswith(f"cache-policy overlay: cannot parse {SPEC_ENV}: ")
     assert summary["message"] in result.stderr
     # The CPU hooks were registered before the spec was read, and none was applied.
-    assert summary["registered"] == sorted(CPU_TARGETS)
+    assert summary["registered"] == sorted(CPU_TARGETS | VALIDATION_TARGETS)
     assert (summary["patched"], summary["installed"]) == ([], False)
 
 

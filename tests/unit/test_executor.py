@@ -343,3 +343,22 @@ def test_match_cap_is_the_logprob_start_len_below_the_usual_limit():
 
     assert [match_cap(Req(*case), 100) for case in [(True, 10), (True, -1), (False, 10), (True, 99), (True, 98)]] \
         == [10, None, None, None, 98]
+
+
+def test_an_abort_of_waiting_requests_forgets_them_without_an_event(tmp_path):
+    """SGLang pops aborted waiting requests without ``release_kv_cache``: the executor forgets the
+    ones the abort rule selects (rid prefix, or all) so the idle check finds no stale state."""
+    from types import SimpleNamespace
+
+    from patches.executor import aborted_waiting
+
+    executor = PolicyExecutor(RadixPolicy(RadixConfig()), EventWriter(str(tmp_path / "events.jsonl")))
+    reqs = [FakeReq(rid, [1, 2, 3]) for rid in ("conv1.1", "conv1.2", "conv2.1")]
+    for req in reqs:
+        executor.on_matched(req)
+    scheduler = SimpleNamespace(waiting_queue=reqs)
+    assert aborted_waiting(scheduler, SimpleNamespace(rid="conv1", abort_all=False)) == ["conv1.1", "conv1.2"]
+    assert aborted_waiting(scheduler, SimpleNamespace(rid="", abort_all=True)) == ["conv1.1", "conv1.2", "conv2.1"]
+    executor.on_abort(scheduler, SimpleNamespace(rid="conv1", abort_all=False))
+    assert sorted(executor._tracked) == ["conv2.1"]
+    assert not (tmp_path / "events.jsonl").read_text()

@@ -1,0 +1,335 @@
+"""Request validation (``patches/validation.py``) on a live server: malformed requests get a 400
+naming the field, and the server keeps serving.
+
+One ``--cache-policy radix`` server (the checks run in the HTTP process and are the same for every
+policy; ``tests/unit/test_validation.py`` checks they are registered for each). Before the
+overlay's checks, a token id >= the vocabulary size (512 rows on the tiny model; its tokenizer has
+480 tokens) or < 0 killed the scheduler and the server with it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import urllib.error
+import urllib.request
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.engine.conftest import RADIX_ARGS, start_server
+
+pytestmark = pytest.mark.engine
+
+VOCAB = 512
+GOOD = {"input_ids": [1, 2, 3], "sampling_params": {"temperature": 0.0, "max_new_tokens": 2}}
+CHAT = {"model": "default", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+TIMEOUT = 60.0
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model_dir, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("validation")
+    server = start_server(tiny_model_dir, tmp, "validation", [*RADIX_ARGS, "--cache-policy", "radix"])
+    yield server
+    server.stop()
+    assert server.fatal_lines() == [], server.log_tail()
+    assert "Scheduler hit an exception" not in server.log_text(), server.log_tail()
+    # No request state left behind: SIGTERM drains at once (n > 1 used to leave rids forever).
+    assert not re.search(r"Remaining number of requests [1-9]", server.log_text()), server.log_tail()
+
+
+def send(server, path: str, payload, timeout: float = TIMEOUT) -> tuple[int, str]:
+    """POST and return (status, body) whatever the status; a dropped connection raises."""
+    body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+    request = urllib.request.Request(server.url + path, data=body, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, response.read().decode(errors="replace")
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode(errors="replace")
+
+
+def message(body: str) -> str:
+    data = json.loads(body)
+    return data["error"]["message"] if "error" in data else data["message"]
+
+
+def assert_serving(server) -> None:
+    assert server.process.poll() is None, server.log_tail()
+    status, body = send(server, "/generate", GOOD)
+    assert status == 200, body
+    assert len(json.loads(body)["output_ids"]) == 2
+
+
+def gen(sampling=None, **fields) -> dict:
+    return {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 2, **(sampling or {})}, **fields}
+
+
+def chat(**fields) -> dict:
+    return {**CHAT, **fields}
+
+
+# ---------------------------------------------------------------------- the two crashes of issue 11
+
+
+@pytest.mark.parametrize("bad_id", [VOCAB, -1])
+def test_token_id_outside_the_vocabulary_is_a_400_and_the_server_lives(server, bad_id):
+    status, body = send(server, "/generate", {"input_ids": [1, 2, bad_id], "sampling_params": {"max_new_tokens": 2}})
+    assert status == 400, body
+    assert message(body) == f"input_ids: token id {bad_id} at position 2 is outside the vocabulary [0, {VOCAB})"
+    assert_serving(server)
+
+
+def test_ids_between_tokenizer_and_vocabulary_size_are_served(server):
+    # 480..511 have no token in the tokenizer but are embedding rows: valid.
+    status, body = send(server, "/generate", gen(input_ids=[480, 511]))
+    assert status == 200, body
+
+
+# ---------------------------------------------------------------------- every other check
+
+
+CASES = [
+    # (id, path, payload, text the 400's message starts with)
+    ("batch-id", "/generate", gen(input_ids=[[1, 2], [3, 512]]), "input_ids[1]: token id 512 at position 1"),
+    ("batch-empty-prompt", "/generate", gen(input_ids=[[1], []]), "input_ids[1]: the prompt is empty"),
+    ("chat-input-ids", "/v1/chat/completions", chat(input_ids=[1, 600]), "input_ids: token id 600"),
+    ("batch-duplicate-rid", "/generate", gen(input_ids=[[1], [2]], rid=["x", "x"]), "Duplicate request IDs"),
+    ("rid-list-single", "/generate", gen(rid=["a"]), "rid: must be a string for a single prompt"),
+    ("chat-rid-list", "/v1/chat/completions", chat(rid=["a", "b"]), "rid: must be a string for a single prompt"),
+    ("logprob-start-below-1", "/generate", gen(return_logprob=True, logprob_start_len=-100), "logprob_start_len: must be -1"),
+    ("logprob-start-past-prompt", "/generate", gen(return_logprob=True, logprob_start_len=4),
+     "logprob_start_len: 4 is past the end of the prompt (3 tokens)"),
+    ("logprob-start-past-text", "/generate", {"text": "hi", "return_logprob": True, "logprob_start_len": 50,
+                                              "sampling_params": {"max_new_tokens": 1}}, "logprob_start_len: 50 is past"),
+    ("logprob-start-past-prompt-n2", "/generate", gen({"n": 2}, return_logprob=True, logprob_start_len=9),
+     "logprob_start_len[0]: 9 is past"),
+    ("top-logprobs-over-vocab", "/generate", gen(return_logprob=True, top_logprobs_num=VOCAB + 1), "top_logprobs_num: must be in [0, 512]"),
+    ("top-logprobs-negative", "/generate", gen(return_logprob=True, top_logprobs_num=-1), "top_logprobs_num: must be in [0, 512]"),
+    ("chat-top-logprobs", "/v1/chat/completions", chat(logprobs=True, top_logprobs=600), "top_logprobs_num: must be in [0, 512]"),
+    ("token-ids-logprob", "/generate", gen(return_logprob=True, token_ids_logprob=[5]), "token_ids_logprob: not accepted"),
+    ("token-ids-logprob-batch", "/generate", gen(input_ids=[[1], [2]], return_logprob=True, token_ids_logprob=[[5], [6]]),
+     "token_ids_logprob[0]: not accepted"),
+    ("extra-key-list", "/generate", gen(extra_key=["a", "b"]), "extra_key: must be a string, got list"),
+    ("extra-key-long", "/generate", gen(extra_key="k" * 257), "extra_key: 257 characters"),
+    ("chat-cache-salt-list", "/v1/chat/completions", chat(cache_salt=["a"]), "cache_salt: must be a string"),
+    ("chat-cache-salt-long", "/v1/chat/completions", chat(cache_salt="s" * 200, extra_key="e" * 57), "cache_salt + extra_key: 257"),
+    ("n-over-limit", "/generate", gen({"n": 129}), "sampling_params.n: must be an integer in [1, 128]"),
+    ("n-float", "/generate", gen({"n": 2.5}), "sampling_params.n: must be an integer"),
+    ("chat-n", "/v1/chat/completions", chat(n=1000), "sampling_params.n: must be an integer in [1, 128]"),
+    ("unknown-sampling-key", "/generate", gen({"foo": 1}), "sampling_params: unknown parameter(s) foo"),
+    ("internal-sampling-key", "/generate", gen({"is_normalized": True}), "sampling_params: unknown parameter(s) is_normalized"),
+    ("temperature-string", "/generate", gen({"temperature": "hot"}), "sampling_params.temperature: must be a number"),
+    ("max-new-tokens-float", "/generate", gen({"max_new_tokens": 2.5}), "sampling_params.max_new_tokens: must be an integer"),
+    ("top-k-int32-overflow", "/generate", gen({"top_k": 2**40}), "sampling_params.top_k"),
+    ("repetition-penalty-tiny", "/generate", gen({"repetition_penalty": 1e-300}), "sampling_params.repetition_penalty"),
+    ("logit-bias-list", "/generate", gen({"logit_bias": [1, 2]}), "sampling_params.logit_bias: must be an object"),
+    ("logit-bias-string", "/generate", gen({"logit_bias": {"5": "x"}}), "sampling_params.logit_bias: the bias of token 5"),
+    ("logit-bias-huge", "/generate", gen({"logit_bias": {"5": 1e308}}), "sampling_params.logit_bias: the bias of token 5"),
+    ("logit-bias-nan", "/generate",
+     b'{"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 2, "logit_bias": {"5": NaN}}}',
+     "sampling_params.logit_bias: the bias of token 5"),
+    ("logit-bias-out-of-vocab", "/generate", gen({"logit_bias": {"600": 1.0}}), "sampling_params.logit_bias: token id 600"),
+    ("json-schema-object", "/generate", gen({"json_schema": {"type": "object"}}), "sampling_params.json_schema: must be a string"),
+    ("regex-list", "/generate", gen({"regex": ["a"]}), "sampling_params.regex: must be a string"),
+    ("structural-tag-object", "/generate", gen({"structural_tag": {"a": 1}}), "sampling_params.structural_tag"),
+    ("bool-flag-string", "/generate", gen({"skip_special_tokens": "x"}), "sampling_params.skip_special_tokens"),
+    ("stop-regex-invalid", "/generate", gen({"stop_regex": "("}), "sampling_params.stop_regex: '(' is not a valid"),
+    ("chat-stop-regex-invalid", "/v1/chat/completions", chat(stop_regex="(["), "sampling_params.stop_regex"),
+    ("stop-token-ids-int", "/generate", gen({"stop_token_ids": 5}), "sampling_params.stop_token_ids"),
+    ("stop-token-ids-out-of-vocab", "/generate", gen({"stop_token_ids": [10**9], "min_new_tokens": 2}),
+     "sampling_params.stop_token_ids: token id 1000000000 is outside the vocabulary"),
+    ("sampling-list-short", "/generate", {"input_ids": [[1], [2]], "sampling_params": [{"max_new_tokens": 1}]},
+     "sampling_params: 1 entries for a batch of 2"),
+    ("logprob-list-short", "/generate", gen(input_ids=[[1], [2]], return_logprob=True, logprob_start_len=[0]),
+     "logprob_start_len: 1 entries for a batch of 2"),
+    ("session-params-unknown", "/generate", gen(session_params={"zzz": 1}), "session_params: unknown field(s) zzz"),
+    ("positional-embeds-json", "/generate", gen(positional_embed_overrides=5), "positional_embed_overrides"),
+    ("chat-response-format-list", "/v1/chat/completions", chat(response_format=[1]), "1 validation error"),
+    ("chat-json-schema-list", "/v1/chat/completions", chat(response_format={"type": "json_schema", "schema": [1]}),
+     "1 validation error"),
+]
+
+
+@pytest.mark.parametrize("path, payload, expected", [pytest.param(*case[1:], id=case[0]) for case in CASES])
+def test_malformed_request_is_a_400_naming_the_field(server, path, payload, expected):
+    status, body = send(server, path, payload)
+    assert status == 400, body
+    assert message(body).startswith(expected), body
+
+
+@pytest.mark.parametrize("path, payload, field", [
+    ("/generate", gen({"regex": "[ab]+"}), "sampling_params.regex"),
+    ("/generate", gen({"json_schema": '{"type": "object"}'}), "sampling_params.json_schema"),
+    ("/v1/chat/completions", chat(response_format={"type": "json_object"}), "sampling_params.json_schema"),
+], ids=["regex", "json-schema", "chat-json-object"])
+def test_constrained_decoding_where_xgrammar_cannot_mask(server, path, payload, field):
+    """SGLang's xgrammar backend has no CPU kernel for its token mask: its first constrained step
+    killed the scheduler. On the CPU platform such requests are refused."""
+    if "cpu_platform=True" not in server.log_text():
+        pytest.skip("xgrammar masks on this device")
+    status, body = send(server, path, payload)
+    assert status == 400, body
+    assert message(body).startswith(f"{field}: constrained decoding with the xgrammar backend is not available"), body
+    assert_serving(server)
+
+
+def test_rid_in_flight_is_a_400_and_leaves_no_state(server):
+    """A second request with a busy rid is refused; in a batch, before SGLang has recorded the
+    batch's other rids (it used to keep them, refusing them as duplicates from then on)."""
+    payload = {**gen({"max_new_tokens": 120, "ignore_eos": True}), "rid": "busy", "stream": True}
+    request = urllib.request.Request(server.url + "/generate", data=json.dumps(payload).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=TIMEOUT) as stream:
+        assert stream.readline().startswith(b"data: ")  # "busy" is in flight until the stream ends
+        status, body = send(server, "/generate", gen(rid="busy"))
+        assert (status, message(body)) == (400, "rid: a request with rid 'busy' is already in flight")
+        status, body = send(server, "/generate", gen(input_ids=[[1], [2]], rid=["fresh", "busy"]))
+        assert (status, message(body)) == (400, "rid: a request with rid 'busy' is already in flight")
+        stream.read()
+    for rid in ("fresh", "busy"):
+        status, body = send(server, "/generate", gen(rid=rid))
+        assert status == 200, body
+
+
+def test_requests_in_range_are_served(server):
+    accepted = [
+        ("/generate", gen(return_logprob=True, logprob_start_len=0, top_logprobs_num=VOCAB)),
+        ("/generate", gen(return_logprob=True, logprob_start_len=3)),  # = prompt length: no prompt logprobs
+        ("/generate", gen({"logit_bias": {"5": 100.0, "6": -100}, "top_k": 2**31 - 1, "temperature": 1.0})),
+        ("/generate", gen({"n": 2, "stop_regex": ["a+", "b"], "stop": "x", "stop_token_ids": [7]})),
+        ("/generate", gen(extra_key="k" * 256, rid="in-range")),
+        ("/generate", {"text": ["a", "b"], "sampling_params": {"max_new_tokens": 1}, "rid": ["t1", "t2"]}),
+        ("/v1/chat/completions", chat(cache_salt="s" * 128, extra_key="e" * 128, logprobs=True, top_logprobs=5)),
+    ]
+    for path, payload in accepted:
+        status, body = send(server, path, payload)
+        assert status == 200, (payload, body)
+
+
+# ---------------------------------------------------------------------- fuzz
+
+INTS = st.sampled_from([-(2**63), -(10**12), -2, -1, 0, 1, 2, 479, 480, 511, 512, 513, 2**31, 2**63 - 1]) | st.integers(-600, 600)
+FLOATS = (st.floats(0, 2) | st.floats(allow_nan=True, allow_infinity=True)
+          | st.sampled_from([0.0, 1e-300, 1e-6, 0.5, 1.0, 2.0, 1e308]))
+SCALARS = st.none() | st.booleans() | INTS | FLOATS | st.text(max_size=8)
+JUNK = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+                    max_leaves=6)
+# max_new_tokens: mostly valid and small (never a long generation), sometimes not
+SMALL_TOKENS = st.sampled_from([1, 2, 8]) | st.sampled_from([-1, 0, 10**12, 2.5, "8"])
+TOKEN_IDS = st.lists(INTS, max_size=6)
+STRINGS = st.text(max_size=6) | st.sampled_from(["(", "[a-", "a+", "\\", "k" * 300, ""])
+
+SAMPLING_VALUES = {
+    "max_new_tokens": SMALL_TOKENS,
+    "n": st.sampled_from([-1, 0, 1, 2, 129, 2.5, "2", 10**9]),
+    "temperature": FLOATS | JUNK, "top_p": FLOATS | JUNK, "min_p": FLOATS | JUNK, "top_k": INTS | JUNK | st.integers(1, 600),
+    "repetition_penalty": FLOATS, "frequency_penalty": FLOATS, "presence_penalty": FLOATS,
+    "min_new_tokens": SMALL_TOKENS,
+    "stop": STRINGS | st.lists(STRINGS, max_size=3) | JUNK,
+    "stop_regex": STRINGS | st.lists(STRINGS, max_size=2) | JUNK,
+    "stop_token_ids": TOKEN_IDS | JUNK,
+    "logit_bias": st.dictionaries(st.sampled_from(["0", "5", "511", "512", "-1", "x"]), FLOATS | JUNK, max_size=3) | JUNK,
+    "json_schema": JUNK | st.sampled_from(['{"type": "object"}', "{nope"]),
+    "regex": JUNK | STRINGS, "ebnf": JUNK | STRINGS, "structural_tag": JUNK,
+    "ignore_eos": JUNK, "skip_special_tokens": JUNK, "no_stop_trim": JUNK, "spaces_between_special_tokens": JUNK,
+    "custom_params": JUNK, "stream_interval": JUNK, "sampling_seed": JUNK,
+    "foo": JUNK, "is_normalized": JUNK, "stop_str_max_len": JUNK,
+}
+
+
+@st.composite
+def sampling_params(draw):
+    keys = draw(st.lists(st.sampled_from(sorted(SAMPLING_VALUES)), max_size=4, unique=True))
+    params = {"max_new_tokens": draw(SMALL_TOKENS)}
+    params.update({key: draw(SAMPLING_VALUES[key]) for key in keys})
+    return params
+
+
+@st.composite
+def generate_payloads(draw):
+    batch = draw(st.integers(0, 3))  # 0: a single prompt
+    if draw(st.booleans()):
+        prompt = {"input_ids": draw(TOKEN_IDS) if batch == 0 else draw(st.lists(TOKEN_IDS, min_size=batch, max_size=batch))}
+    else:
+        prompt = {"text": draw(st.text(max_size=12)) if batch == 0 else draw(st.lists(st.text(max_size=6), min_size=batch, max_size=batch))}
+    payload = {**prompt, "sampling_params": draw(sampling_params() | st.lists(sampling_params(), max_size=3))}
+    optional = {
+        "rid": STRINGS | st.lists(st.sampled_from(["r1", "r2", "r1"]), max_size=3),
+        "return_logprob": st.booleans(), "logprob_start_len": INTS, "top_logprobs_num": INTS,
+        "token_ids_logprob": TOKEN_IDS, "extra_key": STRINGS | st.lists(STRINGS, max_size=3),
+        "stream": st.booleans(), "session_params": JUNK, "positional_embed_overrides": JUNK,
+        "return_text_in_logprobs": st.booleans(),
+    }
+    for key in draw(st.lists(st.sampled_from(sorted(optional)), max_size=4, unique=True)):
+        payload[key] = draw(optional[key])
+    return "/generate", payload
+
+
+@st.composite
+def chat_payloads(draw):
+    payload = dict(CHAT, max_tokens=draw(st.sampled_from([0, 1, 2, -1, 10**12])))
+    optional = {
+        "input_ids": TOKEN_IDS, "temperature": FLOATS, "top_p": FLOATS, "top_k": INTS, "min_p": FLOATS,
+        "n": st.sampled_from([-1, 0, 1, 2, 129, 10**6]), "logprobs": st.booleans(), "top_logprobs": INTS,
+        "logit_bias": st.dictionaries(st.sampled_from(["0", "5", "512", "-3", "y"]), FLOATS, max_size=2),
+        "stop": STRINGS | st.lists(STRINGS, max_size=2), "stop_token_ids": TOKEN_IDS,
+        "stop_regex": STRINGS, "regex": STRINGS, "ebnf": STRINGS, "repetition_penalty": FLOATS,
+        "frequency_penalty": FLOATS, "presence_penalty": FLOATS, "seed": INTS,
+        "rid": STRINGS | st.lists(STRINGS, max_size=2), "extra_key": STRINGS | st.lists(STRINGS, max_size=2),
+        "cache_salt": STRINGS | st.lists(STRINGS, max_size=2), "stream": st.booleans(),
+        "response_format": JUNK | st.fixed_dictionaries({"type": st.sampled_from(["json_schema", "json_object", "text"]), "schema": JUNK}),
+        "messages": JUNK, "reasoning": JUNK, "tools": JUNK, "tool_choice": JUNK, "chat_template_kwargs": JUNK,
+        "reasoning_effort": JUNK, "max_completion_tokens": SMALL_TOKENS,
+    }
+    for key in draw(st.lists(st.sampled_from(sorted(optional)), max_size=4, unique=True)):
+        payload[key] = draw(optional[key])
+    return "/v1/chat/completions", payload
+
+
+def encode(payload) -> bytes:
+    return json.dumps(payload, allow_nan=True).encode()  # NaN/Infinity literals: Python's server parser takes them
+
+
+def check_answer(server, path: str, payload) -> None:
+    try:
+        status, body = send(server, path, encode(payload))
+    except Exception as exc:  # noqa: BLE001 - a dropped connection or a timeout is the failure
+        pytest.fail(f"{path} {payload!r:.400}: no answer ({exc!r}); server log:\n{server.log_tail()}")
+    assert 200 <= status < 300 or 400 <= status < 500, f"{path} {payload!r:.400} -> {status}: {body[:400]}"
+    assert server.process.poll() is None, server.log_tail()
+
+
+@settings(max_examples=150, deadline=None, derandomize=True, database=None, print_blob=False,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
+@given(request=generate_payloads() | chat_payloads())
+def _fuzz(server, request):
+    check_answer(server, *request)
+
+
+def test_fuzzed_requests_never_break_the_server(server):
+    _fuzz(server)
+    assert_serving(server)
+    assert "Scheduler hit an exception" not in server.log_text()
+    status, body = send(server, "/v1/chat/completions", CHAT)
+    assert status == 200, body
+
+
+def test_concurrent_bad_and_good_requests(server):
+    """Bad requests refused while good ones run beside them; every good one is answered."""
+    results: list[int] = []
+
+    def good():
+        results.append(send(server, "/generate", gen({"max_new_tokens": 16}))[0])
+
+    threads = [threading.Thread(target=good) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for bad_id in (VOCAB, -1, 10**9):
+        assert send(server, "/generate", gen(input_ids=[bad_id]))[0] == 400
+    for thread in threads:
+        thread.join(TIMEOUT)
+    assert results == [200, 200, 200]
