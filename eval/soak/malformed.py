@@ -1,9 +1,10 @@
 """Malformed requests the soak interleaves with its traffic; each must be answered with a 4xx.
 
-``--malformed safe`` sends only what SGLang 0.5.16 already rejects cleanly (a 400 from its own
-validation); ``all`` adds the kinds that need the input validation being added to the overlay
-(SGLang 0.5.16 passes token ids outside the vocabulary and negative ids to the model, which
-crashes the scheduler); ``none`` sends none.
+``--malformed safe`` sends only what stock SGLang 0.5.16 already rejects cleanly (a 400 from its
+own validation), so the soak can run against an unpatched server too; ``all`` (the default) adds
+the kinds that only the overlay's input validation (``patches/validation.py``) turns into a 400:
+stock 0.5.16 passes token ids outside the vocabulary and negative ids to the model, which stops
+the scheduler; ``none`` sends none.
 
 Each builder returns ``(path, body)``: ``body`` is a dict sent as JSON, or ``bytes`` sent as is.
 """
@@ -84,6 +85,28 @@ def cache_salt_wrong_type(rng, rid, ids, ctx):
                                "rid": rid, "cache_salt": {"tenant": 1}}
 
 
+def logprob_start_len_past_prompt(rng, rid, ids, ctx):
+    payload = _generate(rid, ids, ctx.salt)
+    payload.update(return_logprob=True, logprob_start_len=len(ids) + 5)
+    return "/generate", payload
+
+
+def top_logprobs_num_absurd(rng, rid, ids, ctx):
+    payload = _generate(rid, ids, ctx.salt)
+    payload.update(return_logprob=True, top_logprobs_num=10**9)
+    return "/generate", payload
+
+
+def extra_key_too_long(rng, rid, ids, ctx):
+    payload = _generate(rid, ids, ctx.salt)
+    payload["extra_key"] = "k" * 100_000
+    return "/generate", payload
+
+
+def stop_token_id_over_vocab(rng, rid, ids, ctx):
+    return "/generate", _generate(rid, ids, ctx.salt, stop_token_ids=[1_000_000_000])
+
+
 def body_not_json(rng, rid, ids, ctx):
     return "/generate", b'{"input_ids": [11, 12, 13], "sampling_params": {'
 
@@ -102,9 +125,15 @@ UNSAFE: dict[str, Builder] = {
     "max_new_tokens_not_int": max_new_tokens_not_int,
     "extra_key_wrong_type": extra_key_wrong_type,
     "cache_salt_wrong_type": cache_salt_wrong_type,
+    "logprob_start_len_past_prompt": logprob_start_len_past_prompt,
+    "top_logprobs_num_absurd": top_logprobs_num_absurd,
+    "extra_key_too_long": extra_key_too_long,
+    "stop_token_id_over_vocab": stop_token_id_over_vocab,
     "body_not_json": body_not_json,
 }
-SETS: dict[str, dict[str, Builder]] = {"none": {}, "safe": SAFE, "all": {**SAFE, **UNSAFE}}
+# ``all`` starts with the two ids that stopped a stock scheduler, so that even a short run sends them.
+ALL: dict[str, Builder] = {"id_over_vocab": id_over_vocab, "id_negative": id_negative, **SAFE, **UNSAFE}
+SETS: dict[str, dict[str, Builder]] = {"none": {}, "safe": SAFE, "all": ALL}
 
 
 def kinds(selection: str, ctx: MalformedContext) -> list[str]:
