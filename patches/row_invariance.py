@@ -16,9 +16,13 @@ Hooks (AROUND, installed by ``patches.plugin`` for ``--cache-policy exact`` with
 | ``UnquantizedLinearMethod.apply``                  | splits every linear layer's rows in decode |
 | ``LogitsProcessor._compute_lm_head``               | splits the LM head's rows in decode        |
 
-Cost (tiny model, 2-core CPU, measured with ``eval.bench_exact``-style timing in the closing note
-of issue 11): decode of B requests takes B one-row products per layer instead of one B-row
-product; on this model the per-token decode time with 4 requests rose by the factor printed there.
+Why row-wise products and not one-request-at-a-time decode: decode of B requests then takes B
+one-row products per layer instead of one B-row product, but the B requests still share every
+scheduler step, and on a CPU the step overhead dominates. Measured (``python -m
+eval.bench_batch_invariance``, tiny model, 2-core CPU, 64 decode tokens per request, median of 3,
+one run): exact / radix wall time 1.37 with 1 request (exact's own per-request work), 0.90 with 2
+and 1.06 with 4, within the noise of a shared box. Serial decode would multiply the time by about
+B. The row-wise cost grows with the width of the matrices, so it is larger for a real model on CPU.
 
 Everything else on the decode path is per row already (attention runs per request in the
 torch-native backend; norms, the GDN recurrence and the conv are row-wise elementwise or per
