@@ -1,0 +1,140 @@
+"""A synthetic BrowseComp-Plus-like corpus and question set for the scripted stand-in (``synth.py``).
+
+Why it exists: recording real traces needs the real model on a GPU; the cache policies only care
+about token sequences, so a corpus with BrowseComp-Plus-like *lengths* is enough to make agent
+traces of a realistic shape.
+
+What is realistic here and what is not:
+
+* **Document lengths** follow BCP: about 5,179 words per document on average (``eval_spec.md``
+  §1.1 [R]); we draw word counts from a lognormal with that mean (the spread, ``DOC_WORDS_SIGMA``,
+  is our choice: web pages range from stubs to very long pages). The search tool shows the first
+  512 tokens of a hit and ``get_document`` the whole text, cut by the agent at
+  ``observation_max_chars`` (§1.5, §2.2); both come from the project's own tools.
+* **Text** is word salad from a fixed vocabulary, not language. The vocabulary is picked so that
+  the tiny model's tokenizer (a 480-token BPE trained on Python sources, ``eval/tiny_model.py``)
+  reads it at about 3.7 characters per token, near what Qwen's tokenizer reads on English web
+  text (about 4), so a document of N characters costs about as many tokens as it would for the
+  real model. Ordinary English reads at about 1.8 characters per token with the tiny tokenizer,
+  which would double every tool output. ``chars_per_token`` measures it; a unit test pins it.
+* **Relevance**: every question owns a few invented topic terms; its documents mention them at
+  varying densities, so BM25 (the project's ``Searcher``) ranks a question's own documents first
+  for queries built from those terms.
+
+Everything is a deterministic function of the seed (``random.Random`` with string seeds hashes them
+with SHA-512, independent of ``PYTHONHASHSEED``).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+from eval.bcp.data import Document
+
+# Words and weights. Function words get English-like weights (they are most of running text);
+# the content words are English words the tiny BPE reads in one or two tokens.
+WORDS: tuple[tuple[str, int], ...] = (
+    ("the", 60), ("and", 30), ("for", 20), ("not", 14), ("value", 14), ("line", 14), ("self", 10),
+    ("else", 10), ("returns", 4), ("default", 4), ("station", 4), ("section", 4), ("values", 3),
+    ("string", 3), ("object", 3), ("nation", 3), ("linear", 2), ("inline", 2), ("format", 3),
+    ("encode", 2), ("define", 2), ("decode", 2), ("action", 3), ("thing", 3), ("these", 5),
+    ("there", 5), ("state", 4), ("never", 3), ("lines", 2), ("field", 3), ("enter", 2), ("class", 3),
+    ("being", 3), ("together", 1), ("selection", 1), ("relation", 1), ("function", 1), ("citation", 1),
+    ("interval", 1), ("baseline", 1),
+)
+# A paragraph's first word has no leading space; these read as one token without it.
+PARAGRAPH_STARTS = ("value", "self", "line", "class", "string", "else")
+SYLLABLES = ("bra", "ven", "tor", "quil", "sam", "dre", "lo", "mar", "pek", "zun", "ith", "cor",
+             "fal", "ner", "wick", "os", "tal", "bri", "mun", "dax", "el", "roth", "vim", "syl")
+
+DOC_WORDS_MEAN = 5179       # eval_spec.md §1.1 [R]: average BCP document length in words
+DOC_WORDS_SIGMA = 0.8       # chosen: lognormal spread of document lengths
+DOC_WORDS_MIN = 150         # chosen: no empty stubs
+TOPIC_TERMS = 4             # chosen: invented terms per question (what its queries search for)
+
+
+@dataclass(frozen=True)
+class CorpusParams:
+    """Sizes of the synthetic corpus (sources in the module docstring and on each constant)."""
+
+    # chosen: BCP has ~6.1 evidence + ~76 negatives per query (§1.1 [R]); 30 keeps indexing fast
+    docs_per_question: int = 30
+    doc_words_mean: int = DOC_WORDS_MEAN
+    doc_words_sigma: float = DOC_WORDS_SIGMA
+    question_words: tuple[int, int] = (60, 120)  # chosen: a BrowseComp question is one paragraph of constraints
+    topic_density: tuple[float, float] = (0.002, 0.02)  # chosen: topic terms per word in a question's documents
+
+
+@dataclass(frozen=True)
+class SynthQuestion:
+    qid: str                    # "q0003": the trace's conversation id
+    text: str
+    terms: tuple[str, ...]      # the invented topic terms its queries use
+    docids: tuple[str, ...]     # its own documents
+
+
+def rng_for(seed: int, name: str) -> random.Random:
+    """An independent, reproducible stream per (seed, purpose)."""
+    return random.Random(f"{seed}:{name}")
+
+
+def salad(rng: random.Random, num_words: int, extra: tuple[str, ...] = (), density: float = 0.0,
+          plant: tuple[str, ...] = ()) -> str:
+    """``num_words`` words in sentences of 8-20 words and paragraphs of 3-7 sentences; each word is
+    one of ``extra`` with probability ``density``, and each of ``plant`` occurs at least once."""
+    words, weights = zip(*WORDS)
+    drawn = rng.choices(words, weights=weights, k=num_words)
+    if extra and density > 0:
+        for i in range(num_words):
+            if rng.random() < density:
+                drawn[i] = rng.choice(extra)
+    for i, word in zip(rng.sample(range(num_words), min(len(plant), num_words)), plant):
+        drawn[i] = word
+    out, i, sentences = [rng.choice(PARAGRAPH_STARTS) + " "], 0, 0
+    while i < num_words:
+        n = rng.randint(8, 20)
+        out.append(" ".join(drawn[i:i + n]) + ".")
+        i += n
+        sentences += 1
+        out.append(f"\n\n{rng.choice(PARAGRAPH_STARTS)} " if sentences % rng.randint(3, 7) == 0 else " ")
+    return "".join(out).strip()
+
+
+def invented_word(rng: random.Random, used: set[str]) -> str:
+    while True:
+        word = "".join(rng.choice(SYLLABLES) for _ in range(3))
+        if word not in used:
+            used.add(word)
+            return word
+
+
+def doc_words(rng: random.Random, params: CorpusParams) -> int:
+    """A lognormal word count with mean ``doc_words_mean``: mu = ln(mean) - sigma^2 / 2."""
+    mu = math.log(params.doc_words_mean) - params.doc_words_sigma ** 2 / 2
+    return max(DOC_WORDS_MIN, int(rng.lognormvariate(mu, params.doc_words_sigma)))
+
+
+def build(seed: int, num_questions: int, params: CorpusParams = CorpusParams()
+          ) -> tuple[list[SynthQuestion], dict[str, Document]]:
+    """The questions and the shared corpus (one namespace, like BCP's 100K documents)."""
+    rng = rng_for(seed, "corpus")
+    used: set[str] = set()
+    questions, corpus = [], {}
+    docid_pool = rng.sample(range(10_000, 100_000), num_questions * params.docs_per_question)
+    for q in range(num_questions):
+        terms = tuple(invented_word(rng, used) for _ in range(TOPIC_TERMS))
+        docids = tuple(str(d) for d in docid_pool[q * params.docs_per_question:(q + 1) * params.docs_per_question])
+        for docid in docids:
+            density = rng.uniform(*params.topic_density)
+            corpus[docid] = Document(docid, salad(rng, doc_words(rng, params), terms, density),
+                                     f"https://synthetic.invalid/{docid}")
+        text = salad(rng, rng.randint(*params.question_words), terms, 0.05, plant=terms)
+        questions.append(SynthQuestion(f"q{q:04d}", text, terms, docids))
+    return questions, corpus
+
+
+def chars_per_token(tokenizer, text: str) -> float:
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    return len(text) / max(1, len(ids))

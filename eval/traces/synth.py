@@ -1,0 +1,254 @@
+"""BCP-shaped CLM agent traces without a GPU: ``python -m eval.traces synth --out FILE``.
+
+The project's own CLM-style agent (``eval/bcp/agent.py``, mode ``clm`` with the ``bcp.yaml``
+settings: budget 28,672, enforced limit 26,624, nudges at 25/50/75 %, urgent at 90 %, rollback
+margin 2,048, the shrink gate) runs over a synthetic corpus with BrowseComp-Plus-like document
+lengths (``corpus.py``; the real ``search``/``get_document`` tools with k = 5 and 512-token
+snippets) and is driven by the seeded stand-in model of ``standin.py``. Prompts and completions
+are the tiny model's tokens under its chat template (reasoning stripped before the last real user
+turn, as Qwen3.6's template does; every harness message is a user turn). One ``TraceCall`` per LM
+call goes to the trace file (``eval/traces/format.py``).
+
+``radix_prefix_estimate`` predicts what SGLang's hybrid radix cache reuses per call, offline, so
+the stand-in can be calibrated (only against radix; the exact and scr splits measured on replay
+are predictions). What it assumes is in its docstring.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import os
+import shutil
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from eval.bcp.agent import Agent
+from eval.bcp.config import AgentConfig, load_config
+from eval.bcp.retrieval import Searcher
+from eval.bcp.tools import ToolBox
+from eval.traces import corpus
+from eval.traces.format import TraceCall
+from eval.traces.standin import Renderer, StandIn, StandinParams
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_QUESTIONS = 12
+DEFAULT_CHUNK = 512  # the paper's serving recipe: --chunked-prefill-size 512 (eval_spec.md §2.4)
+
+
+# ---- the tiny tokenizer
+
+
+def load_tokenizer(path: str | Path | None = None, artifacts: Path = ROOT / ".artifacts"):
+    """The tokenizer at ``path``, else the tiny model's tokenizer, built once per content of its
+    builder and chat template under ``artifacts`` (tokenizer files only; no weights needed)."""
+    from transformers import AutoTokenizer
+
+    from eval import tiny_model
+
+    if path is None:
+        sources = (Path(tiny_model.__file__), tiny_model.CHAT_TEMPLATE_PATH)
+        digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()[:12]
+        path = Path(artifacts) / f"tiny-tokenizer-{digest}"
+        if not (path / "tokenizer.json").is_file():
+            scratch = path.with_name(f"{path.name}.partial-{os.getpid()}")
+            tiny_model.build_tokenizer(scratch)
+            try:
+                scratch.rename(path)
+            except OSError:  # another process finished the same build first
+                shutil.rmtree(scratch, ignore_errors=True)
+    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    tokenizer.model_max_length = 1 << 30  # contexts run to ~27K tokens; silence the length warning
+    return tokenizer
+
+
+# ---- generation
+
+
+class MemoEncoder:
+    """The tokenizer for search snippets, remembering each document's ids: a question's searches
+    return the same few documents again and again, and encoding a whole page is the slow part."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.memo: dict[str, list[int]] = {}
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        if text not in self.memo:
+            self.memo[text] = list(self.tokenizer.encode(text, add_special_tokens=add_special_tokens))
+        return self.memo[text]
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+
+
+# The small preset (``--small``): a 6,144-token budget, short documents and snippets, 6-10 task
+# steps, and a stand-in that edits on every late notice; nudges, edits and rollbacks still occur.
+# For tests and smoke runs (the engine tier replays 2 questions of it under every policy).
+SMALL_CONFIG = {"context_budget_tokens": 6144, "context_budget_reserve_tokens": 1024, "retry_edit_margin_tokens": 512,
+                "observation_max_chars": 6000, "search.snippet_max_tokens": 96, "max_steps": 30}
+SMALL_CORPUS = corpus.CorpusParams(docs_per_question=8, doc_words_mean=500)
+SMALL_PARAMS = StandinParams(task_steps=(6, 10), p_get_document=0.35, p_ignore_urgent=0.5, p_replace=0.5,
+                             p_edit_on_nudge=(0.0, 1.0, 1.0))
+
+
+def synthesize_small(tokenizer, num_questions: int, seed: int = 0, with_messages: bool = False,
+                     progress: Callable[[str], None] | None = None) -> "Synthesis":
+    return synthesize(tokenizer, num_questions, seed, params=SMALL_PARAMS, corpus_params=SMALL_CORPUS,
+                      config=load_config(overrides=SMALL_CONFIG), with_messages=with_messages, progress=progress)
+
+
+@dataclass
+class Synthesis:
+    calls: list[TraceCall]
+    records: list[dict] = field(default_factory=list)  # the agent's per-question records
+
+
+def synthesize(tokenizer, num_questions: int = DEFAULT_QUESTIONS, seed: int = 0, *,
+               params: StandinParams = StandinParams(), corpus_params: corpus.CorpusParams = corpus.CorpusParams(),
+               config: AgentConfig | None = None, with_messages: bool = False,
+               progress: Callable[[str], None] | None = None) -> Synthesis:
+    """Run the agent on ``num_questions`` synthetic questions, in order, one at a time."""
+    config = config or load_config()
+    if config.mode != "clm":
+        raise ValueError("synthetic traces are of the CLM agent: mode must be clm")
+    questions, docs = corpus.build(seed, num_questions, corpus_params)
+    searcher = Searcher(docs, snippet_max_tokens=config.search.snippet_max_tokens,
+                        tokenizer=MemoEncoder(tokenizer), tokenizer_name="tiny")
+    renderer = Renderer(tokenizer, config.chat_template_kwargs)
+    standin = StandIn(renderer, params, seed, config.context_budget_tokens, with_messages)
+    agent = Agent(config, standin, lambda: ToolBox(searcher, k=config.search.k,
+                                                   get_document=config.search.get_document),
+                  model_name="standin", clock=lambda: 0.0)
+    records = []
+    for question in questions:
+        run = agent.run(question.qid, question.text, f"synth.{question.qid}")
+        records.append(run.record)
+        if progress:
+            progress(f"{question.qid}: {len(run.record['rids'])} calls, status {run.record['status']}")
+    return Synthesis(standin.calls, records)
+
+
+# ---- the radix estimate
+
+
+def prefix_hashes(ids: np.ndarray) -> np.ndarray:
+    """``h[k]`` identifies ``ids[:k]`` among prefixes of length k: sum of (t_j + 1) * P^j mod 2^64.
+    Matches are verified token by token, so a collision costs time, never a wrong answer."""
+    powers = np.cumprod(np.full(len(ids), 0x9E3779B97F4A7C15, dtype=np.uint64), dtype=np.uint64)
+    return np.concatenate([[np.uint64(0)], np.cumsum((ids.astype(np.uint64) + np.uint64(1)) * powers,
+                                                    dtype=np.uint64)])
+
+
+class _StateIndex:
+    """Recurrent-state checkpoints: (salt, position) -> {prefix hash: the sequence holding it}."""
+
+    def __init__(self):
+        self.by_key: dict[tuple, dict[int, int]] = {}
+        self.positions: list[int] = []
+        self.sequences: list[np.ndarray] = []
+
+    def add(self, salt, ids: np.ndarray, hashes: np.ndarray, positions: Sequence[int]) -> None:
+        self.sequences.append(ids)
+        for pos in positions:
+            key = (salt, pos)
+            if key not in self.by_key:
+                self.by_key[key] = {}
+                bisect.insort(self.positions, pos)
+            self.by_key[key].setdefault(int(hashes[pos]), len(self.sequences) - 1)
+
+    def longest(self, salt, ids: np.ndarray, hashes: np.ndarray, limit: int) -> int:
+        """The deepest checkpoint at or before ``limit`` whose prefix equals ``ids``' prefix."""
+        for pos in reversed(self.positions[:bisect.bisect_right(self.positions, limit)]):
+            holder = self.by_key.get((salt, pos), {}).get(int(hashes[pos]))
+            if holder is not None and np.array_equal(self.sequences[holder][:pos], ids[:pos]):
+                return pos
+        return 0
+
+
+def checkpoints(resume: int, prompt_len: int, sequence_len: int, chunk: int) -> list[int]:
+    """Where a request leaves recurrent states: every prefill chunk end after its resume point,
+    the prompt end, and the end of prompt + completion[:-1]."""
+    ends = list(range(resume + chunk, prompt_len, chunk)) + [prompt_len, sequence_len]
+    return sorted(set(p for p in ends if p > 0))
+
+
+def radix_prefix_estimate(calls: Sequence[TraceCall], chunk: int = DEFAULT_CHUNK) -> list[int]:
+    """Prompt tokens SGLang's hybrid radix cache would reuse for each call, replayed in order.
+
+    Assumed (``sglang_internals.md`` §3.3-3.4): the ``no_buffer`` strategy, which SGLang resolves
+    to with overlap scheduling off and page size 1 (the paper's serving flags). A request may resume
+    only where the tree holds a recurrent state for the exact token prefix: at the end of every
+    prefill chunk of an earlier request (chunks of ``chunk`` tokens counted from where that request
+    resumed), at an earlier prompt's end, or at the end of an earlier prompt + completion[:-1] (the
+    finished request; the last token is never run). At least one prompt token is always
+    recomputed. The tree is keyed by ``cache_salt``. No eviction (the real measurement comes from
+    serving)."""
+    index, reused = _StateIndex(), []
+    for call in calls:
+        prompt = np.asarray(call.prompt_ids, dtype=np.int64)
+        resume = index.longest(call.cache_salt, prompt, prefix_hashes(prompt), len(prompt) - 1)
+        reused.append(resume)
+        sequence = np.concatenate([prompt, np.asarray(call.completion_ids[:-1], dtype=np.int64)])
+        index.add(call.cache_salt, sequence, prefix_hashes(sequence),
+                  checkpoints(resume, len(prompt), len(sequence), chunk))
+    return reused
+
+
+# ---- the summary
+
+
+def summarize(synthesis: Synthesis, chunk: int = DEFAULT_CHUNK) -> dict:
+    calls = synthesis.calls
+    reused = radix_prefix_estimate(calls, chunk)
+    prompt = sum(len(c.prompt_ids) for c in calls)
+    stats = Counter()
+    for record in synthesis.records:
+        stats.update(record["agent_stats"])
+    return {
+        "questions": len(synthesis.records),
+        "calls": len(calls),
+        "prompt_tokens": prompt,
+        "completion_tokens": sum(len(c.completion_ids) for c in calls),
+        "max_prompt_tokens": max((len(c.prompt_ids) for c in calls), default=0),
+        "kinds": dict(sorted(Counter(c.kind for c in calls).items())),
+        "nudged_calls": sum(1 for c in calls if c.meta.get("nudged")),
+        "nudges": stats["nudges"],
+        "edits_accepted": stats["ctx_accepted"],
+        "edits_rejected": stats["ctx_rejected"],
+        "rollbacks": stats["retries_on_limit"],
+        "statuses": dict(sorted(Counter(r["status"] for r in synthesis.records).items())),
+        "radix_reused_tokens": sum(reused),
+        "radix_prefix_share": round(sum(reused) / prompt, 4) if prompt else 0.0,
+        "radix_chunk": chunk,
+    }
+
+
+def format_summary(summary: dict) -> str:
+    lines = [f"{key}: {value}" for key, value in summary.items() if key != "radix_prefix_share"]
+    lines.append(f"estimated radix prefix share of prompt tokens: {summary['radix_prefix_share']:.1%} "
+                 f"(paper: 72.9%)")
+    return "\n".join(lines)
+
+
+def main(args) -> int:
+    """The ``synth`` subcommand (arguments from ``eval/traces/__main__.py``)."""
+    from eval.traces.format import write_trace
+
+    def progress(text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
+    tokenizer = load_tokenizer(args.tokenizer)
+    if getattr(args, "small", False):
+        synthesis = synthesize_small(tokenizer, args.questions, args.seed, args.with_messages, progress)
+    else:
+        synthesis = synthesize(tokenizer, args.questions, args.seed, with_messages=args.with_messages,
+                               progress=progress)
+    write_trace(synthesis.calls, args.out)
+    print(format_summary(summarize(synthesis)))
+    return 0
