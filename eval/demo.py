@@ -10,7 +10,9 @@ policy's server log, events file and ``client.jsonl`` are ingested (``eval.repor
 --events --client``, all checks) and the runs compared (``eval.report compare``). Per request the
 first table shows prompt = reused (prefix cache) + moved + read; the second is the comparison.
 
-Layout under ``--out``: ``<policy>/{server.log, events.jsonl, client.jsonl, report/}`` and
+Layout under ``--out``: ``<policy>/{server.log, events.jsonl, server_trace.jsonl, trace.jsonl,
+client.jsonl, report/}`` (``server_trace.jsonl``: the server's ``--cache-trace``; ``trace.jsonl``: the
+conversation as a replayable trace, ``eval/traces/format.py``) and
 ``compare/{table.md, table.csv, table.json, provenance_stack.png, read_cdf.png}``. A policy that
 ``policy/registry.py`` does not know (or cannot import) stops the demo before any server starts.
 """
@@ -130,13 +132,15 @@ def run(model_dir: Path, out_dir: Path, policy: str = "radix", max_tokens: int =
     """
     run_dir = out_dir / policy
     run_dir.mkdir(parents=True, exist_ok=True)
-    paths = {name: run_dir / name for name in ("server.log", "events.jsonl", "client.jsonl")}
+    paths = {name: run_dir / name
+             for name in ("server.log", "events.jsonl", "server_trace.jsonl", "trace.jsonl", "client.jsonl")}
     for path in paths.values():
         path.unlink(missing_ok=True)
     server = ServerProcess(
         model_path=str(model_dir), log_path=paths["server.log"],
         extra_args=[*SERVER_ARGS, "--cache-policy", policy, *POLICY_ARGS.get(policy, []),
-                    "--cache-events", str(paths["events.jsonl"])],
+                    "--cache-events", str(paths["events.jsonl"]),
+                    "--cache-trace", str(paths["server_trace.jsonl"])],
     )
     print(f"[demo] starting the patched server (policy {policy}) on {model_dir.name}; log: {server.log_path}",
           flush=True)
@@ -147,6 +151,7 @@ def run(model_dir: Path, out_dir: Path, policy: str = "radix", max_tokens: int =
         for record in records:
             print(f"[demo] turn {record['turn'] + 1} ({record['kind']}) done in {record['seconds']:.1f}s", flush=True)
         wait_for_events(paths["events.jsonl"], [record["rid"] for record in records])
+        workload.write_run_trace(records, paths["server_trace.jsonl"], run_dir)
         # Ingested before anything else is sent: the join check wants only the workload's requests.
         ingested, failures = report.ingest(paths["events.jsonl"], run_dir / "report", log_path=paths["server.log"],
                                            client_path=paths["client.jsonl"], policy=policy)

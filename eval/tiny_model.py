@@ -2,12 +2,13 @@
 
 Usage::
 
-    python scripts/make_tiny_model.py OUT_DIR [--seed N] [--no-check]
+    python scripts/make_tiny_model.py OUT_DIR [--seed N] [--max-positions N] [--vocab-size N] [--no-check]
 
 The build is offline (``HF_HUB_OFFLINE=1``; it reads nothing but the Python stdlib sources and
 ``eval/tiny_chat_template.jinja``) and deterministic: the same seed gives the same bytes in every file.
 It takes a few seconds on 2 CPU cores. ``build(out_dir, seed)`` is the importable entry point;
 ``build_tokenizer(out_dir)`` writes only the tokenizer files (enough for chat-template tests).
+``cached_build(artifacts, ...)`` builds once per builder content and options (the demo and tests).
 
 What is written to OUT_DIR: ``config.json``, ``generation_config.json``, ``model.safetensors`` (bfloat16),
 ``tokenizer.json``, ``tokenizer_config.json``, ``chat_template.jinja``.
@@ -24,6 +25,16 @@ Architecture (see /work/shared/docs/model_spec.md §1, §6.1).
     a value/key ratio of 1, 2 or 4, so the real 3 is not possible here), head dims 16, conv kernel 4.
     ``vocab_size`` 512 >= the 480-token tokenizer (the rest are unused rows, like the padded real vocab).
     ``max_position_embeddings`` 8192 leaves room for long-context tests.
+
+Variants (``--max-positions N``, ``--vocab-size N``; the defaults give exactly the files above).
+    ``--max-positions`` sets ``max_position_embeddings`` (and the tokenizer's ``model_max_length``):
+    SGLang refuses a ``--context-length`` beyond it, and sizes the rotary cos/sin table by it (SCR's
+    re-rotation needs the table to cover the context length, ``patches/rope.py``).
+    ``LONG_CONTEXT_POSITIONS`` (131,072) is the long-context variant: ``cached_build(artifacts,
+    max_positions=LONG_CONTEXT_POSITIONS)``. ``--vocab-size`` (at least the tokenizer's 480) sizes
+    the embedding and ``lm_head``, so token ids of a real tokenizer (151,936 or 248,320 for
+    Qwen3.5/3.6) can be replayed from a recorded trace; the extra rows are drawn like the others.
+    The tokenizer itself is unchanged (the model's ids beyond 480 decode to nothing).
 
 Checkpoint form (/work/shared/docs/sglang516_cpu.md B1).
     SGLang 0.5.16 registers only ``Qwen3_5ForConditionalGeneration`` for Qwen3.5 (its ``Qwen3_5ForCausalLM``
@@ -147,6 +158,9 @@ EOS_TOKEN = "<|im_end|>"
 PAD_TOKEN = "<|endoftext|>"
 
 VOCAB_SIZE = 512
+TOKENIZER_SIZE = BPE_VOCAB_SIZE + len(SPECIAL_TOKENS) + len(MARKUP_TOKENS)  # 480
+MAX_POSITIONS = 8192
+LONG_CONTEXT_POSITIONS = 131072
 HIDDEN = 64
 ROPE_THETA = 1e7
 FULL_ATTENTION_INTERVAL = 4
@@ -161,9 +175,18 @@ RESIDUAL_OUT_GAIN = 1.0 / math.sqrt(2 * NUM_LAYERS)
 QK_NORM_WEIGHT = 1.0
 
 
-def text_config_kwargs(eos_token_id: int, pad_token_id: int) -> dict:
+def check_options(vocab_size: int, max_positions: int) -> None:
+    """ValueError naming the option when a variant cannot be built or served."""
+    if not isinstance(vocab_size, int) or vocab_size < TOKENIZER_SIZE:
+        raise ValueError(f"vocab_size {vocab_size!r} is smaller than the tokenizer's {TOKENIZER_SIZE} tokens")
+    if not isinstance(max_positions, int) or max_positions < 1:
+        raise ValueError(f"max_positions {max_positions!r} must be a positive integer")
+
+
+def text_config_kwargs(eos_token_id: int, pad_token_id: int, vocab_size: int = VOCAB_SIZE,
+                       max_positions: int = MAX_POSITIONS) -> dict:
     return dict(
-        vocab_size=VOCAB_SIZE,
+        vocab_size=vocab_size,
         hidden_size=HIDDEN,
         intermediate_size=128,
         num_hidden_layers=NUM_LAYERS,
@@ -179,7 +202,7 @@ def text_config_kwargs(eos_token_id: int, pad_token_id: int) -> dict:
         linear_key_head_dim=16,
         linear_value_head_dim=16,
         linear_conv_kernel_dim=4,
-        max_position_embeddings=8192,
+        max_position_embeddings=max_positions,
         rms_norm_eps=1e-6,
         hidden_act="silu",
         tie_word_embeddings=False,
@@ -266,7 +289,7 @@ def _train_tokenizer():
     return tok
 
 
-def build_tokenizer(out_dir: str | Path):
+def build_tokenizer(out_dir: str | Path, model_max_length: int = MAX_POSITIONS):
     """Train the tokenizer, attach the chat template and save it into out_dir. Returns the
     ``PreTrainedTokenizerFast``."""
     from transformers import PreTrainedTokenizerFast
@@ -278,7 +301,7 @@ def build_tokenizer(out_dir: str | Path):
         eos_token=EOS_TOKEN,
         pad_token=PAD_TOKEN,
         chat_template=read_chat_template(),
-        model_max_length=8192,
+        model_max_length=model_max_length,
         clean_up_tokenization_spaces=False,
     )
     tokenizer.save_pretrained(str(out))
@@ -328,21 +351,24 @@ def _patch_config_json(path: Path) -> None:
     path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
-def build(out_dir: str | Path, seed: int = 0) -> Path:
+def build(out_dir: str | Path, seed: int = 0, *, vocab_size: int = VOCAB_SIZE,
+          max_positions: int = MAX_POSITIONS) -> Path:
     """Build tokenizer + chat template + random bf16 model into out_dir (created if needed). Returns the path."""
     import torch
     from transformers import GenerationConfig, Qwen3_5Config, Qwen3_5ForConditionalGeneration
 
+    check_options(vocab_size, max_positions)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tokenizer(out)
+    tokenizer = build_tokenizer(out, model_max_length=max_positions)
     eos_id = tokenizer.convert_tokens_to_ids(EOS_TOKEN)
     pad_id = tokenizer.convert_tokens_to_ids(PAD_TOKEN)
-    if len(tokenizer) > VOCAB_SIZE:
-        raise RuntimeError(f"tokenizer has {len(tokenizer)} tokens > vocab_size {VOCAB_SIZE}")
+    if len(tokenizer) > vocab_size:
+        raise RuntimeError(f"tokenizer has {len(tokenizer)} tokens > vocab_size {vocab_size}")
 
     config = Qwen3_5Config(
-        text_config=text_config_kwargs(eos_token_id=eos_id, pad_token_id=pad_id),
+        text_config=text_config_kwargs(eos_token_id=eos_id, pad_token_id=pad_id, vocab_size=vocab_size,
+                                       max_positions=max_positions),
         vision_config=dict(VISION_CONFIG),
         tie_word_embeddings=False,
     )
@@ -430,10 +456,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out_dir")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-positions", type=int, default=MAX_POSITIONS,
+                        help=f"max_position_embeddings (default {MAX_POSITIONS}; the long-context variant: "
+                        f"{LONG_CONTEXT_POSITIONS})")
+    parser.add_argument("--vocab-size", type=int, default=VOCAB_SIZE,
+                        help=f"embedding rows, at least the tokenizer's {TOKENIZER_SIZE} (default {VOCAB_SIZE}; "
+                        "151936 or 248320 to replay real Qwen token ids)")
     parser.add_argument("--no-check", action="store_true", help="skip the fp32 reload/generation sanity check")
     args = parser.parse_args(argv)
-    out = build(args.out_dir, seed=args.seed)
-    print(f"built {out} (seed {args.seed}); tokenizer corpus sha256 {corpus_sha256()}")
+    try:
+        check_options(args.vocab_size, args.max_positions)
+    except ValueError as exc:
+        parser.error(str(exc))
+    out = build(args.out_dir, seed=args.seed, vocab_size=args.vocab_size, max_positions=args.max_positions)
+    print(f"built {out} (seed {args.seed}, vocab {args.vocab_size}, positions {args.max_positions}); "
+          f"tokenizer corpus sha256 {corpus_sha256()}")
     for name, digest in sha256_files(out).items():
         print(f"  {digest}  {name}")
     if not args.no_check:
@@ -447,23 +484,37 @@ def main(argv: list[str] | None = None) -> int:
 
 
 
-def cached_build(artifacts: str | Path) -> Path:
-    """The model built under ``artifacts`` once per content of this builder and its template.
-
-    The demo and the tests share it; a changed builder or template gets a new directory.
-    """
-    import hashlib
-    import shutil
-
+def cached_name(max_positions: int = MAX_POSITIONS, vocab_size: int = VOCAB_SIZE) -> str:
+    """``tiny-model-<digest>[-p<positions>][-v<vocab>]``: the digest is of this builder and its
+    template (a changed builder gets a new directory); a non-default option adds its suffix, so
+    the variants coexist and the default keeps its plain name."""
     sources = [Path(__file__).resolve(), CHAT_TEMPLATE_PATH]
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()[:12]
+    name = f"tiny-model-{digest}"
+    if max_positions != MAX_POSITIONS:
+        name += f"-p{max_positions}"
+    if vocab_size != VOCAB_SIZE:
+        name += f"-v{vocab_size}"
+    return name
+
+
+def cached_build(artifacts: str | Path, *, max_positions: int = MAX_POSITIONS, vocab_size: int = VOCAB_SIZE) -> Path:
+    """The model built under ``artifacts`` once per content of this builder and per options.
+
+    The demo and the tests share it; ``cached_build(artifacts, max_positions=LONG_CONTEXT_POSITIONS)``
+    is the long-context variant.
+    """
+    import shutil
+
+    check_options(vocab_size, max_positions)
     artifacts = Path(artifacts)
-    target = artifacts / f"tiny-model-{digest}"
+    name = cached_name(max_positions, vocab_size)
+    target = artifacts / name
     if not (target / "config.json").exists():
         print(f"[tiny-model] building into {target}", flush=True)
-        scratch = artifacts / f"tiny-model-{digest}.partial"
+        scratch = artifacts / f"{name}.partial"
         shutil.rmtree(scratch, ignore_errors=True)
-        build(scratch)
+        build(scratch, vocab_size=vocab_size, max_positions=max_positions)
         scratch.rename(target)
     return target
 

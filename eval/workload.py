@@ -1,6 +1,7 @@
 """A scripted, agent-like editing workload for any OpenAI-compatible server.
 
-``python -m eval.workload --server URL --out DIR [--conversations N] [--max-tokens M] [--run NAME]``
+``python -m eval.workload --server URL --out DIR [--conversations N] [--max-tokens M] [--run NAME]
+[--server-trace FILE]``
 
 Each conversation is a small agent loop over a task: tool outputs are appended, the assistant's
 earlier reasoning is stripped by the chat template (its replies carry ``<think>`` blocks), the
@@ -8,7 +9,9 @@ agent deletes a stale tool output from the middle of its context, and one turn o
 The conversation's next turn is built from the replies the server actually gave, as an agent
 would. Every request has a unique ``rid`` = ``<run>.<conversation>.<turn>`` (the accounting groups
 turns into conversations by it). ``DIR/client.jsonl`` gets one line per request: rid, turn kind,
-usage and latency.
+usage and latency. With ``--server-trace FILE`` (the server's ``--cache-trace``), ``DIR/trace.jsonl``
+gets the run as a trace (``eval/traces/format.py``): conversation ``c<N>``, the turn, the messages
+sent and the exact token ids the server read and wrote (``write_run_trace``).
 
 Other scripted conversations go through the same driver: ``run(..., script=Script(kinds, messages))``
 (``eval.demo`` sends its fixed editing conversation this way).
@@ -83,7 +86,8 @@ def run(post: Callable[[str, dict], dict], out: Path, *, conversations: int = 3,
     """Drive the workload through ``post(path, payload) -> json``; returns the client records.
 
     ``script`` defaults to the agent workload; ``extra`` is merged into every request body
-    (e.g. ``{"ignore_eos": True}``). Records are appended to ``out/client.jsonl``.
+    (e.g. ``{"ignore_eos": True}``). Records are appended to ``out/client.jsonl``; the returned
+    ones also carry the ``messages`` sent (for ``write_run_trace``; the log leaves them out).
     """
     script = script or agent_script(seed)
     out.mkdir(parents=True, exist_ok=True)
@@ -104,11 +108,23 @@ def run(post: Callable[[str, dict], dict], out: Path, *, conversations: int = 3,
                           "usage": response["usage"], "seconds": round(time.monotonic() - started, 4)}
                 log.write(json.dumps(record) + "\n")
                 log.flush()
-                records.append(record)
+                records.append({**record, "messages": payload["messages"]})
                 bar.update(1)
                 bar.set_postfix(tokens=sum(r["usage"]["prompt_tokens"] for r in records))
     bar.close()
     return records
+
+
+def write_run_trace(records: list[dict], server_trace: Path, out: Path, timeout: float = 30.0) -> Path:
+    """``out/trace.jsonl``: the run's requests (``run``'s records) joined with the server's
+    ``--cache-trace`` lines by rid; conversation ``c<N>``, turn as sent, kind and messages kept."""
+    from eval.traces.record import ClientCall, record_trace
+
+    calls = [ClientCall(rid=r["rid"], conversation=f"c{r['conversation']}", turn=r["turn"],
+                        messages=r.get("messages"), kind=r.get("kind")) for r in records]
+    path = Path(out) / "trace.jsonl"
+    record_trace(server_trace, calls, path, timeout=timeout)
+    return path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,12 +134,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--conversations", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--run", default="w", help="rid prefix for this run")
+    parser.add_argument("--server-trace", type=Path, default=None,
+                        help="the server's --cache-trace file: write the run as a trace to OUT/trace.jsonl")
     args = parser.parse_args(argv)
     from eval.server import post_json
 
     records = run(lambda path, payload: post_json(args.server + path, payload), args.out,
                   conversations=args.conversations, max_tokens=args.max_tokens, run_name=args.run)
     print(f"{len(records)} requests -> {args.out / 'client.jsonl'}")
+    if args.server_trace is not None:
+        print(f"trace -> {write_run_trace(records, args.server_trace, args.out)}")
     return 0
 
 

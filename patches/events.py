@@ -1,9 +1,9 @@
 """Writer of the per-request events file (``--cache-events FILE``).
 
 One JSON object per line, appended when a request leaves the scheduler (finished or aborted),
-written by the scheduler of attention-TP rank 0 only. Each line is written with a single
-``write`` on an ``O_APPEND`` descriptor, so lines from several scheduler processes (data
-parallelism) never interleave. Readers (``eval/``) use ``policy.events.RequestEvent``.
+written by the scheduler of attention-TP rank 0 only, through ``patches.jsonl_append`` (one
+``write`` per line on an ``O_APPEND`` descriptor, so lines from several scheduler processes never
+interleave). Readers (``eval/``) use ``policy.events.RequestEvent``.
 
 | field          | type        | meaning                                                              |
 |----------------|-------------|----------------------------------------------------------------------|
@@ -37,25 +37,10 @@ negative count that the accounting check I1 reports.
 
 from __future__ import annotations
 
-import json
-import os
-import threading
-
+from patches.jsonl_append import JsonlAppender
 from policy.events import RequestEvent
 
 
-class EventWriter:
-    def __init__(self, path: str):
-        self.path = path
-        directory = os.path.dirname(os.path.abspath(path))
-        os.makedirs(directory, exist_ok=True)
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        self._lock = threading.Lock()
-
+class EventWriter(JsonlAppender):
     def write(self, event: RequestEvent) -> None:
-        line = (json.dumps(event.to_dict(), sort_keys=True) + "\n").encode()
-        with self._lock:
-            os.write(self._fd, line)
-
-    def close(self) -> None:
-        os.close(self._fd)
+        self.append(event.to_dict())

@@ -4,7 +4,8 @@ Order of work in ``install``:
   1. refuse to run against an SGLang other than the pinned one;
   2. without CUDA, install CPU platform support (``patches.cpu.platform``);
   3. if a policy was selected (``CACHE_POLICY_SPEC``, set by ``patches.launch_server``), install
-     the policy hooks (``patches.executor``);
+     the policy hooks (``patches.executor``); with ``--cache-trace``, the trace hooks
+     (``patches.trace_writer``);
   4. apply the hooks and verify that every one of them is in place.
 
 SGLang's plugin loader logs and swallows ``Exception`` from a plugin, so failures here raise
@@ -88,6 +89,10 @@ def install() -> None:
     spec = current_spec()
     if spec is not None:
         _install_policy_hooks(register, spec)
+
+    from patches import trace_writer  # --cache-trace: the exact ids of every request, any policy
+
+    trace_writer.install(register)
 
     originals, unresolvable = {}, []
     for target in registered:

@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Build the tiny hybrid test model: ``python scripts/make_tiny_model.py OUT_DIR [--seed N]``.
+"""Build the tiny hybrid test model:
+``python scripts/make_tiny_model.py OUT_DIR [--seed N] [--max-positions N] [--vocab-size N] [--no-check]``.
 
 Thin entry point; the builder is ``eval/tiny_model.py``.
 """

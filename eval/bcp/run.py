@@ -3,7 +3,8 @@
 
     python -m eval.bcp.run run   --dataset DIR --server URL --policy radix --out runs/radix \\
                                  [--config eval/bcp/bcp.yaml] [--set KEY=VALUE ...] [--index DIR] \\
-                                 [--limit N | --subset N] [--events FILE] [--run-id ID] [--judge-server URL]
+                                 [--limit N | --subset N] [--events FILE] [--server-trace FILE] [--run-id ID]
+                                 [--judge-server URL]
     python -m eval.bcp.run judge --run runs/radix --judge-server URL [--judge-model NAME]
     python -m eval.bcp.run score --run runs/radix
 
@@ -16,6 +17,7 @@ Run directory (``eval_spec.md`` §5.5)::
     trajectories/<qid>.json  the final message list of the question
     client_requests.jsonl    one row per LM request (rid, qid, turn, usage, timing, prompt sha256)
     events.jsonl             the server's --cache-events lines of this run's rids (copied)
+    trace.jsonl              with --server-trace: the run's calls with their exact token ids (``eval/bcp/trace.py``)
     judge/<qid>.json         judgments;  scores.json, per_question.csv, summary.json after ``score``
 
 Every request id is ``<run_id>.<qid>.<turn:04d>`` (``<qid>~<attempt>`` for a question re-run after an
@@ -143,6 +145,7 @@ class RunSetup:
     model: str
     manifest: dict
     events_source: Path | None = None
+    trace_source: Path | None = None  # the server's --cache-trace file -> run_dir/trace.jsonl
     concurrency: int = 1
     server_log: Path | None = None  # copied to run_dir/server.log at the end (for `eval.report ingest --log`)
     judge: Any = None  # an object with .grade(query, record) -> dict (inline judging)
@@ -246,6 +249,10 @@ def execute(setup: RunSetup) -> list[dict]:
             collect_events(setup.events_source, run_dir, setup.run_id, [r for rec in records.values() for r in rec["rids"]])
         if setup.server_log is not None and Path(setup.server_log).exists():
             (run_dir / "server.log").write_bytes(Path(setup.server_log).read_bytes())
+    if setup.trace_source is not None:  # a finished run only: an exception above is not masked
+        from eval.bcp.trace import collect_trace
+
+        collect_trace(setup.trace_source, run_dir, list(records.values()), setup.config.chat_template_kwargs)
     return [records[q.query_id] for q in setup.queries if q.query_id in records]
 
 
@@ -474,7 +481,8 @@ def cmd_run(args) -> int:
                     "selection": {"limit": args.limit, "subset": args.subset, "subset_seed": args.subset_seed}},
         "run": {"concurrency": args.concurrency, "order": "dataset order", "seed": config.seed, "git": git_state(),
                 "code_fingerprint": code_fingerprint(),
-                "events_source": str(args.events) if args.events else None},
+                "events_source": str(args.events) if args.events else None,
+                "trace_source": str(args.server_trace) if args.server_trace else None},
         "not_a_result": args.not_a_result,
     }
     judge = None
@@ -484,7 +492,8 @@ def cmd_run(args) -> int:
     setup = RunSetup(run_dir=args.out, run_id=run_id, policy=args.policy, config=config, queries=queries,
                      make_toolbox=make_toolbox_factory(searcher, config),
                      post=http_post(args.server, timeout=config.request_timeout_s), model=model, manifest=manifest,
-                     events_source=args.events, server_log=args.server_log, concurrency=args.concurrency,
+                     events_source=args.events, trace_source=args.server_trace, server_log=args.server_log,
+                     concurrency=args.concurrency,
                      judge=judge, progress=not args.no_progress)
     args.out.mkdir(parents=True, exist_ok=True)
     records = execute(setup)
@@ -556,6 +565,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--concurrency", type=int, default=1,
                      help="questions in flight at once (same in every arm; <= the scr side sessions)")
     run.add_argument("--events", type=Path, default=None, help="the server's --cache-events file")
+    run.add_argument("--server-trace", type=Path, default=None,
+                     help="the server's --cache-trace file: the run's calls with their exact token ids are "
+                     "written to OUT/trace.jsonl")
     run.add_argument("--server-log", type=Path, default=None, help="the server's log, copied into the run at the end")
     run.add_argument("--run-id", default=None, help="rid prefix (default: the --out folder name)")
     run.add_argument("--model", default=None, help="model name to send (default: the server's)")
