@@ -5,6 +5,8 @@ Our flags are taken off the command line; everything else goes to SGLang unchang
   --cache-policy NAME        one of ``policy.registry.names()`` (default: radix)
   --cache-policy-set K=V     a policy setting; repeatable; a later K wins
   --cache-events FILE        append one JSON line per finished request (``patches/events.py``)
+  --cache-trace FILE         append the exact prompt/completion ids of each finished request
+                             (``patches/trace_writer.py``; read by ``eval/traces/record.py``)
 
 The resolved policy travels to every SGLang process as one JSON env var (``CACHE_POLICY_SPEC``),
 which the plugin (``patches.plugin``) reads in each of them. A bad name, key or value exits with
@@ -37,6 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="policy setting; repeatable")
     parser.add_argument("--cache-events", default=None, metavar="FILE",
                         help="append one JSON line per finished request to FILE")
+    parser.add_argument("--cache-trace", default=None, metavar="FILE",
+                        help="append each finished request's rid, cache salt, prompt and completion "
+                        "token ids to FILE (one JSON line; eval/traces/record.py reads it)")
     return parser
 
 
@@ -136,6 +141,7 @@ def main(argv: list[str] | None = None) -> None:
     os.environ[registry.SPEC_ENV] = spec.to_json()
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s")
     logger.info("cache policy %s, config %s, events %s", spec.policy, spec.config, spec.events_path)
+    _pass_trace_path(argv)
 
     from sglang.srt.plugins import load_plugins
 
@@ -146,6 +152,9 @@ def main(argv: list[str] | None = None) -> None:
     from sglang.srt.utils import kill_process_tree
 
     server_args = prepare_server_args(sglang_argv)
+    from patches import forced  # forced decoding needs SGLang's logit processors, without a flag
+
+    forced.enable(server_args)
     _refuse_unsafe_settings(spec, server_args)
     refusal = _refusal_file()
     try:
@@ -157,6 +166,16 @@ def main(argv: list[str] | None = None) -> None:
         kill_process_tree(os.getpid(), include_parent=False)
         if os.path.exists(refusal):
             os.unlink(refusal)
+
+
+def _pass_trace_path(argv: list[str]) -> None:
+    """``--cache-trace FILE`` travels to the scheduler processes as an env var (absent: removed)."""
+    from patches.trace_writer import set_trace_env
+
+    args, _ = build_parser().parse_known_args(argv)
+    set_trace_env(args.cache_trace)
+    if args.cache_trace:
+        logger.info("cache trace %s", os.path.abspath(args.cache_trace))
 
 
 def _refusal_file() -> str:

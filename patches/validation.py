@@ -15,7 +15,7 @@ Where the checks run (hooks registered by ``install``, for every policy and with
 | target                                         | kind   | checks                                  |
 |------------------------------------------------|--------|-----------------------------------------|
 | ``GenerateReqInput.normalize_batch_and_arguments`` | before | ``sampling_params`` (``n`` multiplies the request's lists; an empty list is indexed) and ``input_embeds`` (indexed); for ``n`` > 1 one rid per prompt (``align_parallel_rids``: SGLang leaks the others) |
-| ``TokenizerManager._init_req_state``           | before | the whole normalized request, batch included, before any per-request state exists and before any part of a batch is sent: rids, token ids, list lengths, logprob fields, extra_key, sampling params, session_params, positional_embed_overrides |
+| ``TokenizerManager._init_req_state``           | before | the whole normalized request, batch included, before any per-request state exists and before any part of a batch is sent: rids, token ids, list lengths, logprob fields, extra_key, sampling params, session_params, positional_embed_overrides; then forced decoding (``forced_output_ids``) and client ``custom_logit_processor`` (``patches/forced.py``, which attaches the forced processor) |
 | ``TokenizerManager._validate_one_request``     | after  | each prompt's final token ids (text tokenized, multimodal expanded, auto-truncated): non-empty and inside the vocabulary; ``logprob_start_len`` within it |
 | ``OpenAIServingChat._validate_request``,       | after  | ``cache_salt``, ``extra_key`` before SGLang joins them (a list there is a 500) |
 | ``OpenAIServingCompletion._validate_request``  |        |                                         |
@@ -51,6 +51,8 @@ import math
 import re
 import uuid
 from typing import Iterable, Mapping
+
+from patches import forced
 
 MAX_EXTRA_KEY_CHARS = 256
 MAX_N = 128
@@ -487,6 +489,9 @@ def before_init_req_state(tokenizer_manager, obj, *args, **kwargs):
         args = tokenizer_manager.server_args
         check_generate_request(obj, _vocab_size(tokenizer_manager), tokenizer_manager.rid_to_state,
                                PositionalEmbeds, grammar_unavailable(args.grammar_backend, args.device))
+        # Forced decoding and client logit processors (patches/forced.py): checked, then attached.
+        forced.prepare_request(obj, _vocab_size(tokenizer_manager), forced.client_processors_allowed(args),
+                               bool(args.enable_custom_logit_processor))
     else:  # embedding / classify requests: their ids key the same state dict
         rids = [obj.rid] if getattr(obj, "is_single", True) else list(obj.rid)
         check_rids(rids, tokenizer_manager.rid_to_state)
