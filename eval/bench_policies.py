@@ -1,0 +1,243 @@
+"""``python -m eval.bench_policies``: the three policies on the same agent trace, side by side.
+
+    python -m eval.bench_policies --out DIR [--trace FILE | --questions N --seed S]
+        [--policies radix,exact,scr] [--concurrency N] [--model DIR]
+
+Cache decisions depend only on the token sequences, so once the prompts and completions of an
+agent run are fixed (a trace: ``eval/traces/format.py``), the cost side of the comparison can be
+measured exactly on the CPU with the tiny model. Per policy, one after another (never two servers
+at once: an idle SGLang scheduler busy-polls a core), this
+
+1. starts ``python -m patches.launch_server`` on the long-context tiny model with the serving
+   settings users run (``SERVING_ARGS``: radix and scr read 512-token prefill chunks, as the SCR
+   authors' serving script; exact B = 832, R = 6,656), ``--cache-events`` and a log;
+2. replays the trace with forced decoding (``eval.replay``): every call reads the recorded
+   prompt ids and produces exactly the recorded completion ids;
+3. stops the server, ingests the events, the log's ``Finish`` lines are not needed, and the
+   client rows (``eval.report ingest`` with every check: identities, one server row per call);
+4. for exact, replays the trace through ``exact_cache.replay`` in the order the server admitted
+   the calls and counts the calls whose reuse equals the prediction (must be all).
+
+Then ``eval.report compare`` writes the table and the two plots, and this module adds what only a
+shared trace can give: shares over the calls the *trace* marks as edited (the same calls for
+every policy), PFLOPs per question and their ratio to radix, and the wall-time ratio measured in
+this run. Without ``--trace`` the default set is generated first (``eval.traces synth``).
+
+The tiny model is random: the numbers measure the cache machinery on BrowseComp-Plus-shaped token
+sequences, not the real model. PFLOPs use Qwen3.6-27B's geometry on the trace's token counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from eval.server import ServerProcess, wait_for_events
+
+ROOT = Path(__file__).resolve().parents[1]
+PROG = "python -m eval.bench_policies"
+POLICIES = ("radix", "exact", "scr")
+PIECE, RETAIN = 832, 6656  # exact: B and R of the default serving configuration (exact_cache/README.md)
+CHUNK = 512  # radix and scr: the SCR authors' --chunked-prefill-size
+EDIT_SLACK = 64  # tokens: a call is "edited" when it keeps less than its previous prompt minus this
+DEFAULT_QUESTIONS, DEFAULT_SEED = 12, 0
+
+
+def serving_args(policy: str, context_len: int, pool_tokens: int, concurrency: int) -> list[str]:
+    """Launcher arguments of ``policy`` for a trace with prompts up to ``context_len`` tokens."""
+    common = ["--context-length", str(context_len), "--max-total-tokens", str(pool_tokens),
+              "--max-running-requests", str(max(2, concurrency)), "--max-mamba-cache-size", "4096",
+              "--skip-server-warmup", "--cache-policy", policy]
+    if policy == "exact":
+        return [*common, "--chunked-prefill-size", str(PIECE), "--cache-policy-set", f"piece_tokens={PIECE}",
+                "--cache-policy-set", f"retain_every={RETAIN}"]
+    if policy == "scr":
+        return [*common, "--chunked-prefill-size", str(CHUNK),
+                "--cache-policy-set", f"side_sessions={concurrency + 4}",
+                "--cache-policy-set", f"side_tokens={context_len}"]
+    return [*common, "--chunked-prefill-size", str(CHUNK)]
+
+
+def trace_edited(calls) -> set[str]:
+    """Conversation.turn keys of the calls whose prompt drops part of the previous prompt."""
+    from eval.soak.conversation import common_prefix
+
+    edited, previous = set(), {}
+    for call in calls:
+        before = previous.get(call.conversation)
+        if before is not None and common_prefix(before, call.prompt_ids) < len(before) - EDIT_SLACK:
+            edited.add(f"{call.conversation}.{call.turn}")
+        previous[call.conversation] = call.prompt_ids
+    return edited
+
+
+def exact_agreement(calls, events: dict[str, dict], run: str) -> dict:
+    """Calls whose reuse under exact equals ``exact_cache.replay``'s prediction, replaying the
+    prompts in the order the server queued them (events' ``queued_ts``) with each event's cap."""
+    from exact_cache.replay import replay
+
+    by_rid = {call.rid(run): call for call in calls}
+    order = sorted((e for e in events.values() if e["rid"] in by_rid), key=lambda e: e["queued_ts"])
+    predicted = replay([by_rid[e["rid"]].prompt_ids for e in order], piece=PIECE, retain_every=RETAIN,
+                       caps=[e.get("match_cap") for e in order])
+    differ = [{"rid": e["rid"], "served": e["prefix_reused"], "predicted": p}
+              for e, p in zip(order, predicted) if e["prefix_reused"] != p]
+    return {"calls": len(order), "equal": len(order) - len(differ), "differ": differ[:20],
+            "share": (len(order) - len(differ)) / len(order) if order else 0.0}
+
+
+def edited_shares(rows: list[dict], edited: set[str], run: str) -> dict[str, float]:
+    """Prefix / moved / read shares of the prompt tokens of the trace's edited calls."""
+    selected = [r for r in rows if r["rid"].removeprefix(f"{run}.") in edited]
+    prompt = sum(r["prompt_tokens"] for r in selected)
+    return {k: (sum(r[k] for r in selected) / prompt if prompt else 0.0) for k in ("prefix_reused", "moved", "read")}
+
+
+def radix_sensitivity(calls, chunks=(128, 256, 512, 1024, 2048)) -> dict[int, float]:
+    """Radix's prefix share of prompt tokens by recurrent-state checkpoint spacing (CPU's no_buffer
+    keeps a state at every prefill chunk end): the offline estimate of ``eval.traces``."""
+    from eval.traces.synth import radix_prefix_estimate
+
+    prompt = sum(len(c.prompt_ids) for c in calls)
+    return {chunk: sum(radix_prefix_estimate(calls, chunk=chunk)) / prompt for chunk in chunks}
+
+
+def run_policy(policy: str, model_dir: Path, trace_path: Path, calls, out: Path, concurrency: int,
+               run: str) -> dict:
+    """Serve ``policy``, replay the trace into ``out``, stop, ingest with every check."""
+    from eval.replay.run import replay
+    from eval.report import ingest
+    from eval.soak import client
+
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ("events.jsonl", "client.jsonl"):
+        (out / name).unlink(missing_ok=True)
+    longest = max(len(c.prompt_ids) + len(c.completion_ids) for c in calls)
+    context_len = max(8192, -(-(longest + 64) // 1024) * 1024)
+    pool = min(2_000_000, sum(len(c.prompt_ids) + len(c.completion_ids) for c in calls) + context_len)
+    args = [*serving_args(policy, context_len, pool, concurrency), "--cache-events", str(out / "events.jsonl")]
+    server = ServerProcess(model_path=str(model_dir), log_path=out / "server.log", extra_args=args,
+                           env={"SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE": "1"}).start()
+    started = time.monotonic()
+    try:
+        send = lambda path, payload: client.request(server.url, path, payload, timeout=3600)  # noqa: E731
+        # The trace's first call alone, then the rest: concurrent first calls would race for the
+        # shared system prompt, and the exact prediction replays calls in queue order.
+        replay(send, calls[:1], out, run, 1, progress=sys.stderr)
+        replay(send, calls, out, run, concurrency, progress=sys.stderr)
+        wall = time.monotonic() - started
+        events = wait_for_events(out / "events.jsonl", [c.rid(run) for c in calls], timeout=60)
+    finally:
+        server.stop()
+    rows, failures = ingest(out / "events.jsonl", out / "report", client_path=out / "client.jsonl", policy=policy)
+    result = {"policy": policy, "replay_s": round(wall, 1), "checks_failed": failures,
+              "server_args": args, "fatal_lines": server.fatal_lines()[:5]}
+    if policy == "exact":
+        result["exact_prediction"] = exact_agreement(calls, events, run)
+    (out / "bench.json").write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+def headline(results: dict[str, dict], table: dict[str, dict], edited: dict[str, dict], questions: int,
+             edited_calls: int, baseline: str) -> str:
+    """The benchmark's own table: shares, edited (per the trace) shares, PFLOPs, wall time."""
+    names = list(results)
+    base_wall = results.get(baseline, {}).get("replay_s")
+    rows = [
+        ("prefix / moved / read, all calls",
+         lambda n: f"{table[n]['prefix_share']:.1%} / {table[n]['moved_share']:.1%} / {table[n]['read_share']:.1%}"),
+        (f"prefix / moved / read, {edited_calls} edited calls (trace)",
+         lambda n: f"{edited[n]['prefix_reused']:.1%} / {edited[n]['moved']:.1%} / {edited[n]['read']:.1%}"),
+        ("PFLOPs per question (Qwen3.6-27B geometry)", lambda n: f"{table[n]['pflops_per_conversation']:.3f}"),
+        (f"  ratio to {baseline}", lambda n: f"{table[n]['pflops_per_conversation_ratio']:.3f}"),
+        ("naive PFLOPs per question (no cache)", lambda n: f"{table[n]['naive_pflops_per_conversation']:.3f}"),
+        ("replay wall time, s", lambda n: f"{results[n]['replay_s']:.0f}"),
+        (f"  ratio to {baseline}",
+         lambda n: f"{results[n]['replay_s'] / base_wall:.2f}" if base_wall else "n/a"),
+        ("exact: calls equal to exact_cache.replay",
+         lambda n: (f"{results[n]['exact_prediction']['equal']}/{results[n]['exact_prediction']['calls']}"
+                    if "exact_prediction" in results[n] else "")),
+        ("checks", lambda n: "pass" if not results[n]["checks_failed"] else f"FAILED ({len(results[n]['checks_failed'])})"),
+    ]
+    lines = [f"{questions} questions; the tiny random model on CPU (cost side only, not quality)", "",
+             "| | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+    lines += [f"| {label} | " + " | ".join(cell(n) for n in names) + " |" for label, cell in rows]
+    return "\n".join(lines)
+
+
+def synth_default(path: Path, questions: int, seed: int) -> None:
+    import subprocess
+
+    subprocess.run([sys.executable, "-m", "eval.traces", "synth", "--out", str(path), "--questions", str(questions),
+                    "--seed", str(seed)], check=True)
+
+
+def bench(trace_path: Path, out: Path, policies: list[str], concurrency: int, model_dir: Path,
+          run: str = "bench") -> dict:
+    from eval.accounting.compare import compare
+    from eval.traces import read_trace
+
+    calls = read_trace(trace_path)
+    edited = trace_edited(calls)
+    results, edited_by_policy = {}, {}
+    for policy in policies:
+        print(f"{PROG}: {policy}: serving and replaying {len(calls)} calls", file=sys.stderr, flush=True)
+        results[policy] = run_policy(policy, model_dir, trace_path, calls, out / policy, concurrency, run)
+        from eval.accounting.compare import read_run
+        rows, _ = read_run(out / policy / "report")
+        edited_by_policy[policy] = edited_shares(rows, edited, run)
+    compared = compare({p: out / p / "report" for p in policies}, out / "compare")
+    questions = len({c.conversation for c in calls})
+    text = headline(results, compared["table"], edited_by_policy, questions, len(edited), compared["baseline"])
+    sensitivity = radix_sensitivity(calls)
+    text += "\n\nradix prefix share by recurrent-state spacing (offline estimate, no_buffer): " + ", ".join(
+        f"{chunk}: {share:.1%}" for chunk, share in sensitivity.items())
+    (out / "table.md").write_text(text + "\n\n" + compared["markdown"] + "\n")
+    summary = {"trace": str(trace_path), "calls": len(calls), "questions": questions, "edited_calls": len(edited),
+               "results": results, "edited_shares": edited_by_policy, "radix_sensitivity": sensitivity,
+               "compare": str(out / "compare")}
+    (out / "bench.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    print(text)
+    print(f"-> {out / 'table.md'}, {out / 'compare'}")
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    from eval.tiny_model import cached_build
+
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[1])
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench", help="output folder (default runs/bench)")
+    parser.add_argument("--trace", type=Path, default=None,
+                        help="trace to replay (default: generate the BCP-shaped set with eval.traces synth)")
+    parser.add_argument("--questions", type=int, default=DEFAULT_QUESTIONS,
+                        help=f"questions of the generated set (default {DEFAULT_QUESTIONS})")
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="seed of the generated set (default 0)")
+    parser.add_argument("--policies", default=",".join(POLICIES), help="comma-separated (default radix,exact,scr)")
+    parser.add_argument("--concurrency", type=int, default=4, help="conversations in flight (default 4)")
+    parser.add_argument("--model", type=Path, default=None, help="model dir (default: the long-context tiny model)")
+    args = parser.parse_args(argv)
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    if not policies or any(p not in POLICIES for p in policies):
+        parser.error(f"--policies {args.policies!r}: choose from {', '.join(POLICIES)}")
+    if args.concurrency < 1 or args.questions < 1:
+        parser.error("--concurrency and --questions must be >= 1")
+    if args.trace is not None and not args.trace.is_file():
+        parser.error(f"--trace {args.trace}: no such file")
+    args.out.mkdir(parents=True, exist_ok=True)
+    trace = args.trace
+    if trace is None:
+        trace = args.out / f"trace-q{args.questions}-s{args.seed}.jsonl"
+        if not trace.exists():
+            synth_default(trace, args.questions, args.seed)
+    model_dir = args.model or cached_build(ROOT / ".artifacts", max_positions=131072)
+    summary = bench(trace, args.out, policies, args.concurrency, model_dir)
+    failed = any(r["checks_failed"] or r.get("exact_prediction", {}).get("share", 1.0) < 1.0
+                 for r in summary["results"].values())
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+"""``python -m eval.bench_policies`` on the small 2-question synthetic CLM set: the same trace
+replayed under radix, exact and scr with forced decoding, every ingest check passing, exact's
+reuse equal to ``exact_cache.replay`` on every call, and the table written.
+
+Three servers one after another on the long-context tiny model (a few minutes in all).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from eval import bench_policies
+from eval.traces import read_trace, write_trace
+from eval.traces.synth import load_tokenizer, synthesize_small
+from tests.conftest import ARTIFACTS
+
+pytestmark = pytest.mark.engine
+
+
+@pytest.fixture(scope="module")
+def small_trace(tmp_path_factory):
+    path = tmp_path_factory.mktemp("trace") / "small2.jsonl"
+    write_trace(synthesize_small(load_tokenizer(), 2, seed=0).calls, path)
+    return path
+
+
+def test_bench_on_the_small_set(small_trace):
+    from eval.tiny_model import cached_build
+
+    out = ARTIFACTS / "bench-small"
+    summary = bench_policies.bench(small_trace, out, list(bench_policies.POLICIES), concurrency=2,
+                                   model_dir=cached_build(ARTIFACTS, max_positions=131072))
+    calls = read_trace(small_trace)
+    results = summary["results"]
+    for policy, result in results.items():
+        assert result["checks_failed"] == [], (policy, result["checks_failed"][:5])
+        assert result["fatal_lines"] == [], (policy, result["fatal_lines"])
+        client = [json.loads(line) for line in (out / policy / "client.jsonl").read_text().splitlines()]
+        assert len(client) == len(calls)
+    assert results["exact"]["exact_prediction"]["calls"] == len(calls)
+    assert results["exact"]["exact_prediction"]["share"] == 1.0, results["exact"]["exact_prediction"]["differ"]
+    assert summary["edited_calls"] > 0  # the set has context edits
+    table = json.loads((out / "compare" / "table.json").read_text())["table"]
+    assert table["radix"]["prefix_share"] > 0.3  # the agent's appends hit radix's cache
+    assert table["radix"]["moved_share"] == 0 and table["exact"]["moved_share"] == 0
+    assert table["scr"]["moved_share"] > 0  # scr relocates rows after the edits
+    assert (out / "table.md").read_text().count("|") > 20
+    for plot in ("provenance_stack.png", "read_cdf.png"):
+        assert (out / "compare" / plot).stat().st_size > 0
