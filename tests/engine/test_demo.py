@@ -15,6 +15,9 @@ import pytest
 from transformers import AutoTokenizer
 
 from eval import demo
+from eval.replay.run import run_replay
+from eval.server import ServerProcess
+from eval.traces import read_trace
 from exact_cache.replay import replay
 
 pytestmark = pytest.mark.engine
@@ -72,6 +75,7 @@ def test_demo_end_to_end(tiny_model_dir, tmp_path, capsys):
     assert [row["rid"] for row in rows["radix"]] == [f"demo-radix.c0.{t}" for t in range(4)]
     check_rows(rows["radix"], prompts, [expected_reuse(p, prompts[:i]) for i, p in enumerate(prompts)])
     check_rows(rows["exact"], prompts, replay(prompts, piece=CHUNK, retain_every=256))
+    radix_cached = [int(row["cached_tokens"]) for row in rows["radix"]]
     radix = [int(row["prefix_reused"]) for row in rows["radix"]]
     assert radix[0] == 0 and radix[1] > 0 and radix[2] < radix[1] and radix[3] > 0
     for policy in ran[2:]:  # scr, once registered: consistent, same prompts, classes as built
@@ -105,3 +109,18 @@ def test_demo_end_to_end(tiny_model_dir, tmp_path, capsys):
     assert compare["baseline"] == "radix" and compare["table"]["radix"]["pflops_per_request_ratio"] == 1.0
     for name in ("table.md", "table.csv", "provenance_stack.png", "read_cdf.png"):
         assert (tmp_path / "compare" / name).stat().st_size > 0
+
+    # The demo recorded each policy's run as a trace; replayed with forced decoding on a fresh
+    # radix server with the demo's flags, it reproduces the radix run's cached_tokens per request.
+    trace = read_trace(tmp_path / "radix" / "trace.jsonl")
+    assert [len(c.prompt_ids) for c in trace] == [len(p) for p in prompts]
+    assert [c.prompt_ids for c in trace] == prompts
+    server = ServerProcess(model_path=str(tiny_model_dir), log_path=tmp_path / "replay" / "server.log",
+                           extra_args=[*demo.SERVER_ARGS, "--cache-policy", "radix", *demo.POLICY_ARGS["radix"]])
+    with server:
+        run_replay(server.url, tmp_path / "radix" / "trace.jsonl", tmp_path / "replay", run="again", progress=None)
+    assert server.fatal_lines() == []
+    replayed = [json.loads(line) for line in (tmp_path / "replay" / "client.jsonl").read_text().splitlines()]
+    recorded = [json.loads(line) for line in (tmp_path / "radix" / "client.jsonl").read_text().splitlines()]
+    assert [r["cached_tokens"] for r in replayed] == radix_cached
+    assert [r["usage"]["completion_tokens"] for r in replayed] == [r["usage"]["completion_tokens"] for r in recorded]
