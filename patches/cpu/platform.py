@@ -164,6 +164,10 @@ def install(register) -> list[str]:
         targets.append(target)
     register(SERVER_ARGS_POST_INIT, _server_args_before_post_init, "before")
     targets.append(SERVER_ARGS_POST_INIT)
+    from patches.cpu import attention  # long prompts: prefill attention without the O(n^2) query rows
+
+    register(attention.TARGET, attention.around_forward_extend, "around")
+    targets.append(attention.TARGET)
     return targets
 
 
