@@ -13,8 +13,8 @@ at once: an idle SGLang scheduler busy-polls a core), this
    authors' serving script; exact B = 832, R = 6,656), ``--cache-events`` and a log;
 2. replays the trace with forced decoding (``eval.replay``): every call reads the recorded
    prompt ids and produces exactly the recorded completion ids;
-3. stops the server, ingests the events, the log's ``Finish`` lines are not needed, and the
-   client rows (``eval.report ingest`` with every check: identities, one server row per call);
+3. stops the server and ingests its events with the client rows (``eval.report ingest`` with
+   every check: identities, one server row per call);
 4. for exact, replays the trace through ``exact_cache.replay`` in the order the server admitted
    the calls and counts the calls whose reuse equals the prediction (must be all).
 
@@ -105,8 +105,7 @@ def radix_sensitivity(calls, chunks=(128, 256, 512, 1024, 2048)) -> dict[int, fl
     return {chunk: sum(radix_prefix_estimate(calls, chunk=chunk)) / prompt for chunk in chunks}
 
 
-def run_policy(policy: str, model_dir: Path, trace_path: Path, calls, out: Path, concurrency: int,
-               run: str) -> dict:
+def run_policy(policy: str, model_dir: Path, calls, out: Path, concurrency: int, run: str) -> dict:
     """Serve ``policy``, replay the trace into ``out``, stop, ingest with every check."""
     from eval.replay.run import replay
     from eval.report import ingest
@@ -177,7 +176,7 @@ def synth_default(path: Path, questions: int, seed: int) -> None:
 
 def bench(trace_path: Path, out: Path, policies: list[str], concurrency: int, model_dir: Path,
           run: str = "bench") -> dict:
-    from eval.accounting.compare import compare
+    from eval.accounting.compare import compare, read_run
     from eval.traces import read_trace
 
     calls = read_trace(trace_path)
@@ -185,8 +184,7 @@ def bench(trace_path: Path, out: Path, policies: list[str], concurrency: int, mo
     results, edited_by_policy = {}, {}
     for policy in policies:
         print(f"{PROG}: {policy}: serving and replaying {len(calls)} calls", file=sys.stderr, flush=True)
-        results[policy] = run_policy(policy, model_dir, trace_path, calls, out / policy, concurrency, run)
-        from eval.accounting.compare import read_run
+        results[policy] = run_policy(policy, model_dir, calls, out / policy, concurrency, run)
         rows, _ = read_run(out / policy / "report")
         edited_by_policy[policy] = edited_shares(rows, edited, run)
     compared = compare({p: out / p / "report" for p in policies}, out / "compare")
@@ -206,24 +204,23 @@ def bench(trace_path: Path, out: Path, policies: list[str], concurrency: int, mo
 
 
 def main(argv: list[str] | None = None) -> int:
+    from eval.cli_types import int_at_least
     from eval.tiny_model import cached_build
 
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[1])
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench", help="output folder (default runs/bench)")
     parser.add_argument("--trace", type=Path, default=None,
                         help="trace to replay (default: generate the BCP-shaped set with eval.traces synth)")
-    parser.add_argument("--questions", type=int, default=DEFAULT_QUESTIONS,
+    parser.add_argument("--questions", type=int_at_least(1), default=DEFAULT_QUESTIONS,
                         help=f"questions of the generated set (default {DEFAULT_QUESTIONS})")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="seed of the generated set (default 0)")
     parser.add_argument("--policies", default=",".join(POLICIES), help="comma-separated (default radix,exact,scr)")
-    parser.add_argument("--concurrency", type=int, default=4, help="conversations in flight (default 4)")
+    parser.add_argument("--concurrency", type=int_at_least(1), default=4, help="conversations in flight (default 4)")
     parser.add_argument("--model", type=Path, default=None, help="model dir (default: the long-context tiny model)")
     args = parser.parse_args(argv)
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     if not policies or any(p not in POLICIES for p in policies):
         parser.error(f"--policies {args.policies!r}: choose from {', '.join(POLICIES)}")
-    if args.concurrency < 1 or args.questions < 1:
-        parser.error("--concurrency and --questions must be >= 1")
     if args.trace is not None and not args.trace.is_file():
         parser.error(f"--trace {args.trace}: no such file")
     args.out.mkdir(parents=True, exist_ok=True)

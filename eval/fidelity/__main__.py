@@ -6,17 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from eval.cli_types import int_at_least
+
 PROG = "python -m eval.fidelity"
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be >= 1")
-    return value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,8 +20,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="output directory")
     parser.add_argument("--scenarios", type=Path, default=None, help="scenario JSON file (default: built-in set)")
     parser.add_argument("--events", type=Path, default=None, help="the server's --cache-events file")
-    parser.add_argument("--tokens", type=_positive, default=DEFAULT_TOKENS, help="greedy tokens per request")
-    parser.add_argument("--top", type=_positive, default=DEFAULT_TOP, help="top-K logprobs for the KL")
+    parser.add_argument("--tokens", type=int_at_least(1), default=DEFAULT_TOKENS, help="greedy tokens per request")
+    parser.add_argument("--top", type=int_at_least(1), default=DEFAULT_TOP, help="top-K logprobs for the KL")
     args = parser.parse_args(argv)
     try:
         scenarios = load_scenarios(args.scenarios) if args.scenarios is not None else None

@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from eval.cli_types import int_at_least
+
 PROG = "python -m eval.replay"
 
 
@@ -17,16 +19,6 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def _concurrency(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be >= 1")
-    return value
-
-
 def main(argv: list[str] | None = None) -> int:
     from eval.replay.run import DEFAULT_RUN, Mismatch, ServerError, UsageError, run_replay
 
@@ -35,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trace", type=Path, required=True, help="trace file (eval/traces/format.py)")
     parser.add_argument("--out", type=Path, required=True, help="output directory (client.jsonl)")
     parser.add_argument("--run", default=DEFAULT_RUN, help=f"rid prefix (default {DEFAULT_RUN}); resume with the same")
-    parser.add_argument("--concurrency", type=_concurrency, default=1, help="conversations in flight (default 1)")
+    parser.add_argument("--concurrency", type=int_at_least(1), default=1, help="conversations in flight (default 1)")
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help (0) or a usage error (2, one line printed)

@@ -6,29 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from eval.cli_types import int_at_least, positive_number
+
 PROG = "python -m eval.soak"
-
-
-def _int(minimum: int):
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r}: expected an integer") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"{text!r}: must be >= {minimum}")
-        return value
-    return parse
-
-
-def _minutes(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be > 0")
-    return value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,21 +17,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=PROG, description="Bounded multi-tenant soak of a loopback server.")
     parser.add_argument("--server", required=True, help="loopback base URL, e.g. http://127.0.0.1:30000")
     parser.add_argument("--out", type=Path, required=True, help="output directory (report.json, requests.jsonl)")
-    parser.add_argument("--minutes", type=_minutes, default=None,
+    parser.add_argument("--minutes", type=positive_number, default=None,
                         help="load phase length (default 5; 60 when only --requests is given)")
-    parser.add_argument("--requests", type=_int(1), default=None, help="requests of the load phase")
+    parser.add_argument("--requests", type=int_at_least(1), default=None, help="requests of the load phase")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--concurrency", type=_int(1), default=4, help="parallel conversations")
-    parser.add_argument("--tenants", type=_int(1), default=4, help="salts (extra_key / cache_salt) in use")
+    parser.add_argument("--concurrency", type=int_at_least(1), default=4, help="parallel conversations")
+    parser.add_argument("--tenants", type=int_at_least(1), default=4, help="salts (extra_key / cache_salt) in use")
     parser.add_argument("--events", type=Path, default=None, help="the server's --cache-events file")
     parser.add_argument("--log", type=Path, default=None, help="the server's log (stdout + stderr)")
     parser.add_argument("--policy", choices=("radix", "exact", "scr"), default=None,
                         help="the server's --cache-policy (default: from the events)")
-    parser.add_argument("--exact-sample", type=_int(0), default=4,
+    parser.add_argument("--exact-sample", type=int_at_least(0), default=4,
                         help="exact only: cached answers compared with cold ones (default 4)")
     parser.add_argument("--malformed", choices=("none", "safe", "all"), default="all",
                         help="malformed requests to interleave (default all)")
-    parser.add_argument("--max-new-tokens", type=_int(1), default=8)
+    parser.add_argument("--max-new-tokens", type=int_at_least(1), default=8)
     parser.add_argument("--idle-seconds", type=float, default=5.0, help="idle wait after /flush_cache")
     args = parser.parse_args(argv)
     try:

@@ -75,7 +75,7 @@ def format_summary(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from eval.soak.__main__ import _int, _minutes
+    from eval.cli_types import int_at_least, positive_number
     from eval.tiny_model import cached_build
 
     root = Path(__file__).resolve().parents[2]
@@ -83,13 +83,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=root / "runs" / "soak",
                         help="output directory, one folder per policy (default runs/soak)")
     parser.add_argument("--policies", default="radix,exact,scr", help="comma-separated (default radix,exact,scr)")
-    parser.add_argument("--requests", type=_int(1), default=1000, help="load requests per policy (default 1000)")
-    parser.add_argument("--minutes", type=_minutes, default=60.0,
+    parser.add_argument("--requests", type=int_at_least(1), default=1000, help="load requests per policy (default 1000)")
+    parser.add_argument("--minutes", type=positive_number, default=60.0,
                         help="upper bound on each policy's load phase (default 60)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--concurrency", type=_int(1), default=4, help="parallel conversations (default 4)")
-    parser.add_argument("--tenants", type=_int(1), default=4, help="salts in use (default 4)")
-    parser.add_argument("--exact-sample", type=_int(0), default=8,
+    parser.add_argument("--concurrency", type=int_at_least(1), default=4, help="parallel conversations (default 4)")
+    parser.add_argument("--tenants", type=int_at_least(1), default=4, help="salts in use (default 4)")
+    parser.add_argument("--exact-sample", type=int_at_least(0), default=8,
                         help="exact: cached answers compared bit for bit with cold ones (default 8)")
     parser.add_argument("--model", type=Path, default=None, help="model dir (default: the tiny model)")
     args = parser.parse_args(argv)
