@@ -42,7 +42,6 @@ PROG = "python -m eval.bench_policies"
 POLICIES = ("radix", "exact", "scr")
 PIECE, RETAIN = 832, 6656  # exact: B and R of the default serving configuration (exact_cache/README.md)
 CHUNK = 512  # radix and scr: the SCR authors' --chunked-prefill-size
-EDIT_SLACK = 64  # tokens: a call is "edited" when it keeps less than its previous prompt minus this
 DEFAULT_QUESTIONS, DEFAULT_SEED = 12, 0
 
 
@@ -63,6 +62,7 @@ def serving_args(policy: str, context_len: int, pool_tokens: int, concurrency: i
 
 def trace_edited(calls) -> set[str]:
     """Conversation.turn keys of the calls whose prompt drops part of the previous prompt."""
+    from eval.accounting.provenance import EDIT_SLACK  # the accounting's rule for "edited"
     from eval.soak.conversation import common_prefix
 
     edited, previous = set(), {}
