@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from patches import plugin, validation
+from patches.cpu import attention as cpu_attention
 from patches.cpu import platform as cpu_platform
 from policy.registry import SPEC_ENV, PolicySpec
 
@@ -32,7 +33,10 @@ SUMMARY_PREFIX = "OVERLAY_CHILD_SUMMARY "
 MISSING_TARGET = "sglang.srt.mem_cache.common.no_such_function"
 
 POLICY_TARGETS = {plugin.REQ_MATCHED, plugin.RELEASE_KV, plugin.SCHEDULER_IDLE, plugin.SCHEDULER_INIT, plugin.ABORT}
-CPU_TARGETS = {target for target, _ in cpu_platform.KERNEL_REPLACEMENTS} | {cpu_platform.SERVER_ARGS_POST_INIT}
+CPU_TARGETS = {target for target, _ in cpu_platform.KERNEL_REPLACEMENTS} | {
+    cpu_platform.SERVER_ARGS_POST_INIT,
+    cpu_attention.TARGET,
+}
 VALIDATION_TARGETS = set(validation.TARGETS)  # request checks: installed with or without a policy
 OUR_SOURCE = [["cache_policy", "hybrid-cache-policies"]]  # (entry point name, distribution)
 INSTALLED_RE = re.compile(
@@ -128,13 +132,13 @@ def _check_discovery(result: ChildResult, expected: set[str], policy: str) -> No
 
 def test_entry_point_installs_policy_and_cpu_hooks(children):
     result = children["policy"].result()
-    assert len(POLICY_TARGETS | CPU_TARGETS | VALIDATION_TARGETS) == 20
+    assert len(POLICY_TARGETS | CPU_TARGETS | VALIDATION_TARGETS) == 21
     _check_discovery(result, POLICY_TARGETS | CPU_TARGETS | VALIDATION_TARGETS, policy="radix")
 
 
 def test_entry_point_without_spec_installs_only_cpu_hooks(children):
     result = children["stock"].result()
-    assert len(CPU_TARGETS | VALIDATION_TARGETS) == 15
+    assert len(CPU_TARGETS | VALIDATION_TARGETS) == 16
     _check_discovery(result, CPU_TARGETS | VALIDATION_TARGETS, policy="None")
 
 
