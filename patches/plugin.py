@@ -4,7 +4,8 @@ Order of work in ``install``:
   1. refuse to run against an SGLang other than the pinned one;
   2. without CUDA, install CPU platform support (``patches.cpu.platform``);
   3. if a policy was selected (``CACHE_POLICY_SPEC``, set by ``patches.launch_server``), install
-     the policy hooks (``patches.executor``); with ``--cache-trace``, the trace hooks
+     the hook set the registry names for it (``patches.policy_hooks`` for radix and exact,
+     ``patches.scr_hooks`` for scr); with ``--cache-trace``, the trace hooks
      (``patches.trace_writer``);
   4. apply the hooks and verify that every one of them is in place.
 
@@ -15,6 +16,7 @@ with a message naming the hook instead of silently serving stock behaviour.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import pkgutil
@@ -144,136 +146,24 @@ def executor():
 
 
 def _install_policy_hooks(register, spec) -> None:
+    """The hook set the registry names for this policy (``policy.registry.hooks_path``)."""
+    from policy.registry import hooks_path
+
     try:
         spec.build()  # fail in every process, the launcher's included, on a bad spec
     except Exception as exc:  # noqa: BLE001 - any construction error stops the server
         raise fail(f"cannot build policy {spec.policy!r}: {exc}") from None
-    if spec.policy == "scr":
-        _install_scr_hooks(register, spec)
-        return
-
-    def after_scheduler_init(result, scheduler, server_args, *args, **kwargs):
-        from patches.events import EventWriter
-        from patches.executor import PolicyExecutor
-
-        leader = is_leader(scheduler)
-        writes = spec.events_path is not None and leader
-        plans_in_tree = spec.policy == "exact"
-        _state["executor"] = PolicyExecutor(
-            spec.build(), EventWriter(spec.events_path) if writes else None, plans_in_tree=plans_in_tree
-        )
-        if plans_in_tree:
-            from patches.exact_tree import ExactRadixCache
-
-            if not isinstance(scheduler.tree_cache, ExactRadixCache):
-                raise fail(f"policy exact needs --radix-cache-backend exact, the scheduler built {type(scheduler.tree_cache).__name__}")
-            ExactRadixCache.executor = _state["executor"]
-            # New requests: SGLang rounds a first forward that does not take the rest of the prompt
-            # down to this size and waits when the budget is smaller; c* is a multiple of B, so the
-            # forward ends on the piece grid.
-            scheduler.truncation_align_size = spec.config["piece_tokens"]
-        if leader:
-            logger.info("cache policy %s started with config %s", spec.policy, spec.config)
-
-    def after_match(result, req, tree_cache=None, *args, **kwargs):
-        if tree_cache is not None and _state["executor"] is not None:
-            _state["executor"].on_matched(req)
-
-    def before_release(req, tree_cache, *args, **kwargs):
-        if _state["executor"] is not None:
-            _state["executor"].on_release(req)
-
-    def before_idle(scheduler, *args, **kwargs):
-        if _state["executor"] is not None:
-            _state["executor"].on_idle(scheduler)
-
-    def before_abort(scheduler, recv_req, *args, **kwargs):
-        if _state["executor"] is not None:
-            _state["executor"].on_abort(scheduler, recv_req)
-
-    if spec.policy == "exact":
-        from patches.cpu import platform as cpu_platform
-        from patches.exact_tree import register_backend, whole_piece_budget
-
-        register_backend()
-        register(ADD_CHUNKED_REQ, whole_piece_budget, "around")
-        if not cpu_platform.cuda_available():
-            # A decode batch must not change a row's bits (GPU: --enable-deterministic-inference).
-            from patches import row_invariance
-
-            row_invariance.install(register)
-    register(SCHEDULER_INIT, after_scheduler_init, "after")
-    register(REQ_MATCHED, after_match, "after")
-    register(RELEASE_KV, before_release, "before")
-    register(SCHEDULER_IDLE, before_idle, "before")
-    register(ABORT, before_abort, "before")
+    module_name, function = hooks_path(spec.policy).split(":")
+    try:
+        installer = getattr(importlib.import_module(module_name), function)
+    except (ImportError, AttributeError) as exc:
+        raise fail(f"policy {spec.policy!r}: cannot load its hook set {hooks_path(spec.policy)}: {exc}") from None
+    installer(register, spec)
 
 
-def _install_scr_hooks(register, spec) -> None:
-    """SCR decides at enqueue and while a request is read (``patches/scr_runtime.py``)."""
-
-    def runtime():
-        return _state["executor"]
-
-    def after_scheduler_init(result, scheduler, server_args, *args, **kwargs):
-        from patches.events import EventWriter
-        from patches.rope import RotaryMismatch
-        from patches.scr_runtime import ScrRuntime
-
-        leader = is_leader(scheduler)
-        events = EventWriter(spec.events_path) if spec.events_path is not None and leader else None
-        try:
-            _state["executor"] = ScrRuntime(spec.build(), scheduler, events, leader)
-        except RotaryMismatch as exc:
-            raise refuse(f"--cache-policy scr cannot re-rotate keys on this model: {exc}") from None
-        if leader:
-            logger.info("cache policy %s started with config %s", spec.policy, spec.config)
-
-    def before_enqueue(scheduler, req, *args, **kwargs):
-        if runtime() is not None:
-            runtime().on_enqueue(scheduler, req, *args, **kwargs)
-
-    def around_init_round(original, req, *args, **kwargs):
-        if runtime() is None:
-            return original(req, *args, **kwargs)
-        return runtime().init_round(original, req, *args, **kwargs)
-
-    def around_add_one_req(original, adder, req, *args, **kwargs):
-        if runtime() is None:
-            return original(adder, req, *args, **kwargs)
-        return runtime().add_one_req(original, adder, req, *args, **kwargs)
-
-    def around_add_chunked_req(original, adder, req):
-        if runtime() is None:
-            return original(adder, req)
-        return runtime().add_chunked_req(original, adder, req)
-
-    def after_prefill(result, processor, batch, *args, **kwargs):
-        if runtime() is not None:
-            runtime().after_prefill(result, processor, batch, *args, **kwargs)
-        return result
-
-    def before_release(req, tree_cache, *args, **kwargs):
-        if runtime() is not None:
-            runtime().on_release(req, tree_cache, *args, **kwargs)
-
-    def before_idle(scheduler, *args, **kwargs):
-        if runtime() is not None:
-            runtime().on_idle(scheduler)
-
-    def before_abort(scheduler, recv_req, *args, **kwargs):
-        if runtime() is not None:
-            runtime().on_abort(scheduler, recv_req)
-
-    register(SCHEDULER_INIT, after_scheduler_init, "after")
-    register(ENQUEUE, before_enqueue, "before")
-    register(REQ_MATCHED, around_init_round, "around")
-    register(ADD_ONE_REQ, around_add_one_req, "around")
-    register(ADD_CHUNKED_REQ, around_add_chunked_req, "around")
-    register(PREFILL_RESULT, after_prefill, "after")
-    register(RELEASE_KV, before_release, "before")
-    register(SCHEDULER_IDLE, before_idle, "before")
-    register(ABORT, before_abort, "before")
+def set_executor(executor) -> None:
+    """Called once by a hook set's scheduler-init hook with the object its hooks drive."""
+    _state["executor"] = executor
 
 
 def is_leader(scheduler) -> bool:

@@ -20,10 +20,22 @@ from typing import Any, Iterable, Literal, Mapping
 
 SPEC_ENV = "CACHE_POLICY_SPEC"
 
+# name -> "module:Class" of the policy (the plan producer).
 _IMPLEMENTATIONS: dict[str, str] = {
     "radix": "policy.radix:RadixPolicy",
     "exact": "exact_cache.policy:ExactPolicy",
     "scr": "scr.policy:ScrPolicy",
+}
+
+# name -> "module:function" that installs the engine hooks executing that policy's plans
+# (``install(register, spec)``, run inside SGLang by ``patches.plugin``). Data, not imports: this
+# package never imports ``patches/``. A registered policy without an entry runs on the plain
+# executor (plans applied after SGLang's own prefix match).
+PLAIN_HOOKS = "patches.policy_hooks:install_plain"
+_HOOKS: dict[str, str] = {
+    "radix": PLAIN_HOOKS,
+    "exact": "patches.policy_hooks:install_exact",
+    "scr": "patches.scr_hooks:install",
 }
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -34,11 +46,21 @@ class PolicyError(ValueError):
     """A bad policy name, setting key or setting value; the message says what is valid."""
 
 
-def register(name: str, dotted_path: str) -> None:
-    """Make ``name`` selectable; ``dotted_path`` is ``"module:Class"``."""
-    if ":" not in dotted_path:
-        raise ValueError(f"expected 'module:Class', got {dotted_path!r}")
+def register(name: str, dotted_path: str, hooks: str = PLAIN_HOOKS) -> None:
+    """Make ``name`` selectable; ``dotted_path`` is ``"module:Class"``, ``hooks`` the
+    ``"module:function"`` installing the engine hooks that execute its plans."""
+    for path in (dotted_path, hooks):
+        if ":" not in path:
+            raise ValueError(f"expected 'module:attribute', got {path!r}")
     _IMPLEMENTATIONS[name] = dotted_path
+    _HOOKS[name] = hooks
+
+
+def hooks_path(name: str) -> str:
+    """``"module:function"`` installing the engine hooks for policy ``name``."""
+    if name not in _IMPLEMENTATIONS:
+        raise PolicyError(f"unknown cache policy {name!r}; valid policies: {', '.join(names())}")
+    return _HOOKS.get(name, PLAIN_HOOKS)
 
 
 def names() -> tuple[str, ...]:

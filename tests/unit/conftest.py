@@ -18,3 +18,4 @@ def fake_policy():
         yield FAKE_POLICY
     finally:
         registry._IMPLEMENTATIONS.pop(FAKE_POLICY, None)
+        registry._HOOKS.pop(FAKE_POLICY, None)

@@ -111,8 +111,36 @@ def test_unknown_policy_lists_registered_names(fake_policy):
 def test_register_rejects_path_without_colon():
     with pytest.raises(ValueError) as info:
         registry.register("bad", "tests.unit.fake_policy.FakePolicy")
-    assert str(info.value) == "expected 'module:Class', got 'tests.unit.fake_policy.FakePolicy'"
+    assert str(info.value) == "expected 'module:attribute', got 'tests.unit.fake_policy.FakePolicy'"
     assert "bad" not in registry.names()
+
+
+def test_register_rejects_hooks_path_without_colon():
+    with pytest.raises(ValueError) as info:
+        registry.register("bad", "tests.unit.fake_policy:FakePolicy", hooks="patches.policy_hooks.install_plain")
+    assert str(info.value) == "expected 'module:attribute', got 'patches.policy_hooks.install_plain'"
+    assert "bad" not in registry.names()
+
+
+@pytest.mark.parametrize(
+    "policy, hooks",
+    [
+        ("radix", "patches.policy_hooks:install_plain"),
+        ("exact", "patches.policy_hooks:install_exact"),
+        ("scr", "patches.scr_hooks:install"),
+    ],
+)
+def test_hooks_path_names_each_policy_hook_set(policy, hooks):
+    assert registry.hooks_path(policy) == hooks
+
+
+def test_hooks_path_defaults_to_plain_executor(fake_policy):
+    assert registry.hooks_path(fake_policy) == registry.PLAIN_HOOKS
+
+
+def test_hooks_path_unknown_policy():
+    with pytest.raises(PolicyError, match="unknown cache policy 'nope'"):
+        registry.hooks_path("nope")
 
 
 def test_policy_error_is_a_value_error():
