@@ -1,6 +1,6 @@
 """What a GPU server must run with for a cached read to be bit-identical to a cold one.
 
-``exact_cache_spec.md`` §2.2 / §5.10 and ``sglang_internals.md`` §5: batch-invariant GEMMs and
+``docs/exact.md`` §2.2 / §5.10 and ``docs/sglang.md`` §5: batch-invariant GEMMs and
 norms, an attention kernel whose reduction order does not depend on where the cached prefix
 ends, the Triton GDN prefill (whose 64-token grid restarts at each forward, which the 64-aligned
 pieces make harmless), an fp32 recurrent state with no lossy checkpoint pools, and exclusive

@@ -7,10 +7,10 @@ from typing import ClassVar
 from exact_cache.config import ExactConfig
 from exact_cache.invariance import invariance_problems
 from exact_cache.rules import keep_points, pieces, resume_bound, resume_point
-from policy.api import Arrival, Extend, Plan, Release, Snapshot
+from policy.api import Arrival, Extend, Plan, PolicyDefaults, Release, Snapshot
 
 
-class ExactPolicy:
+class ExactPolicy(PolicyDefaults):
     name: ClassVar[str] = "exact"
     config_class: ClassVar[type] = ExactConfig
 
@@ -48,6 +48,10 @@ class ExactPolicy:
     def startup_problems(self, settings, env, on_cuda: bool) -> list[str]:
         """Settings of the resolved server that would break bit-identity (the launcher refuses them)."""
         return invariance_problems(settings, env, on_cuda, self.config.piece_tokens)
+
+    def snapshot_budget(self) -> int:
+        """``max_snapshots``: the snapshot budget in Mamba-pool slots (0: SGLang's pool sizing)."""
+        return self.config.max_snapshots
 
     def release(self, release: Release) -> None:
         return None

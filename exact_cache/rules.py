@@ -1,4 +1,4 @@
-"""The exact cache's rules as functions of token counts (``exact_cache_spec.md`` §1, §5.4).
+"""The exact cache's rules as functions of token counts (``docs/exact.md`` §1, §5.4).
 
 B = piece size, R = retention interval (a multiple of B), S = spec drop (0 or 1).
 Positions are absolute token offsets; ranges are half-open::

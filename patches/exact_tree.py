@@ -1,25 +1,20 @@
 """The ``exact`` policy inside SGLang 0.5.16: a ``UnifiedRadixCache`` that executes its plans.
 
-Registered as radix-cache backend ``exact`` (``--radix-cache-backend exact``, set by the
-launcher together with the other settings in ``ExactPolicy.server_settings``). SGLang's
-no_buffer strategy already copies the recurrent state bit for bit at every forward end and
-inserts it with the KV read so far; this class decides where that is allowed:
+Registered as radix-cache backend ``exact`` (the launcher adds ``--radix-cache-backend exact`` with
+``ExactPolicy.server_settings``). SGLang's no_buffer strategy already copies the recurrent state
+bit for bit at every forward end and inserts it with the KV read so far; this class only decides
+where that is allowed: ``match_prefix`` resumes at the plan's c* (stock: the deepest state on the
+path), ``cache_unfinished_req`` inserts only at the plan's keep points (stock: at every forward
+end; elsewhere the KV stays request-owned), ``cache_finished_req`` inserts nothing (stock: prompt,
+output and final state). Design: docs/exact.md §5.4, §5.5, §5.11; hooks: docs/ARCHITECTURE.md.
 
-| SGLang call                     | stock no_buffer                         | here                                      |
-|---------------------------------|-----------------------------------------|-------------------------------------------|
-| ``match_prefix`` (admission)    | deepest state on the path, <= len - 1   | the plan's c* (deepest state <= A)        |
-| ``cache_unfinished_req`` at q   | insert KV [0, q) + state at q           | only if q is a keep point of the plan;    |
-|                                 |                                         | else the KV stays request-owned           |
-| ``cache_finished_req``          | insert prompt + output KV + final state | insert nothing (decode output never cached)|
-
-The cache asks the policy for the plan itself (through ``PolicyExecutor.plan_exact``) because
-the plan needs what only the tree walk knows: the matched KV depth and the snapshot depths on
-that path. Every prefill forward is checked against the plan's pieces (``check_piece``).
+The cache asks for the plan itself (``PolicyExecutor.plan_exact``): it needs what only the tree
+walk knows, the matched KV depth and the snapshot depths on that path. Every prefill forward is
+checked against the plan's pieces (``PolicyExecutor.piece_done``).
 """
 
 from __future__ import annotations
 
-import logging
 import os
 
 import torch
@@ -28,15 +23,13 @@ from sglang.srt.mem_cache.radix_cache import RadixKey
 from sglang.srt.mem_cache.unified_cache_components import ComponentType
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
-logger = logging.getLogger(__name__)
-
 BACKEND_NAME = "exact"
 
 
 class ExactRadixCache(UnifiedRadixCache):
     """No policy logic here: where to resume and what to keep come from the executor's plan."""
 
-    executor = None  # set by patches.plugin once the scheduler's executor exists
+    executor = None  # set by ``attach`` once the scheduler's executor exists
 
     def match_prefix(self, params: MatchPrefixParams):
         req = params.req
@@ -47,7 +40,7 @@ class ExactRadixCache(UnifiedRadixCache):
         try:
             resume = self.executor.plan_exact(req, matched, states).resume
         except Exception as exc:  # noqa: BLE001 - not even a cold read could be planned: end the request
-            self.executor._abort(req, self.executor._failed(req, "plan", "abort", exc))
+            self.executor.abort(req, "plan", exc)
             resume = 0
         limited = RadixKey(key.token_ids, key.extra_key, limit=resume, is_bigram=key.is_bigram)
         result = super().match_prefix(MatchPrefixParams(key=limited, cow_mamba=params.cow_mamba, req=req))
@@ -56,7 +49,7 @@ class ExactRadixCache(UnifiedRadixCache):
             problem = AssertionError(
                 f"exact: {req.rid} planned to resume at {resume}, the tree served "
                 f"{len(result.device_indices)} (snapshot depths on the path: {states})")
-            self.executor._abort(req, self.executor._failed(req, "match", "abort", problem))
+            self.executor.abort(req, "match", problem)
         return result
 
     def walk(self, key: RadixKey) -> tuple[int, tuple[int, ...]]:
@@ -143,6 +136,20 @@ def exact_cache_factory(ctx):
         raise ValueError("--cache-policy exact does not support --enable-hierarchical-cache")
     ctx.params.tree_components = (ComponentType.FULL, ComponentType.MAMBA)
     return ExactRadixCache(ctx.params)
+
+
+def attach(scheduler, executor, spec) -> None:
+    """Give the scheduler's exact tree its executor; a scheduler with another tree cannot run exact."""
+    if not isinstance(scheduler.tree_cache, ExactRadixCache):
+        from patches.plugin import fail
+
+        raise fail(f"policy {spec.policy} needs --radix-cache-backend exact, "
+                   f"the scheduler built {type(scheduler.tree_cache).__name__}")
+    ExactRadixCache.executor = executor
+    # New requests: SGLang rounds a first forward that does not take the rest of the prompt down
+    # to this size and waits when the budget is smaller; c* is a multiple of B, so the forward
+    # ends on the piece grid.
+    scheduler.truncation_align_size = spec.config["piece_tokens"]
 
 
 def register_backend() -> None:

@@ -1,28 +1,22 @@
 """The ``sglang.srt.plugins`` entry point: runs in every SGLang process before the engine starts.
 
-Order of work in ``install``:
-  1. refuse to run against an SGLang other than the pinned one;
-  2. without CUDA, install CPU platform support (``patches.cpu.platform``);
-  3. if a policy was selected (``CACHE_POLICY_SPEC``, set by ``patches.launch_server``), install
-     the hook set the registry names for it (``patches.policy_hooks`` for radix and exact,
-     ``patches.scr_hooks`` for scr); with ``--cache-trace``, the trace hooks
-     (``patches.trace_writer``);
-  4. apply the hooks and verify that every one of them is in place.
-
-SGLang's plugin loader logs and swallows ``Exception`` from a plugin, so failures here raise
-``SystemExit`` (not an ``Exception``): a selected policy whose hook is missing stops the process
-with a message naming the hook instead of silently serving stock behaviour.
+``install`` refuses an SGLang other than the pinned one, registers the hooks (CPU platform support
+without CUDA, request validation, the hook set the registry names for the selected policy, the
+``--cache-trace`` writer), applies them and verifies that every one is in place. SGLang's plugin
+loader logs and swallows ``Exception``, so failures here raise ``SystemExit``: a selected policy
+whose hook is missing stops the process with a message naming the hook, instead of silently
+serving stock behaviour.
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import pkgutil
 import sys
 
 from patches import versions
+from serving import refusals
 
 logger = logging.getLogger(__name__)
 
@@ -43,22 +37,14 @@ INSTALLED_LINE = "[cache-policy] overlay installed pid={pid} cpu_platform={cpu} 
 _state: dict = {"installed": False, "targets": (), "executor": None, "cpu": False}
 
 
-# Set by ``patches.launch_server``: a scheduler that refuses to start writes its reason here, so
-# the launcher can print it and exit with status 2 (SGLang itself only sees a dead scheduler).
-REFUSAL_ENV = "CACHE_POLICY_REFUSAL_FILE"
-
-
 def fail(message: str) -> "SystemExit":
     logger.critical("cache-policy overlay: %s", message)
     return SystemExit(f"cache-policy overlay: {message}")
 
 
 def refuse(message: str) -> "SystemExit":
-    """A start-up refusal found inside a scheduler process (it needs the loaded model)."""
-    path = os.environ.get(REFUSAL_ENV)
-    if path:
-        with open(path, "a") as f:
-            f.write(message + "\n")
+    """A start-up refusal found inside a scheduler process, passed on to the launcher."""
+    refusals.record(message)
     return fail(message)
 
 
@@ -69,7 +55,6 @@ def install() -> None:
         versions.check_pins()
     except versions.VersionMismatch as exc:
         raise fail(str(exc)) from None
-
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     registered: list[str] = []
@@ -83,19 +68,26 @@ def install() -> None:
     use_cpu = not cpu_platform.cuda_available()
     if use_cpu:
         cpu_platform.install(register)
-
     from patches import validation  # request checks before the scheduler, for every policy and none
 
     validation.install(register)
-
     spec = current_spec()
     if spec is not None:
         _install_policy_hooks(register, spec)
-
     from patches import trace_writer  # --cache-trace: the exact ids of every request, any policy
 
     trace_writer.install(register)
+    _apply_and_verify(HookRegistry, registered, spec)
+    if use_cpu:
+        cpu_platform.after_hooks_applied()
+    _state.update(installed=True, targets=tuple(registered), cpu=use_cpu)
+    # Printed, not logged: SGLang configures logging only after plugins load in the main process.
+    print(INSTALLED_LINE.format(pid=os.getpid(), cpu=use_cpu, policy=spec.policy if spec else None,
+                                hooks=len(registered)), file=sys.stderr, flush=True)
 
+
+def _apply_and_verify(hook_registry, registered: list[str], spec) -> None:
+    """Apply the registered hooks; stop the process unless every target exists and is wrapped."""
     originals, unresolvable = {}, []
     for target in registered:
         try:
@@ -104,19 +96,10 @@ def install() -> None:
             unresolvable.append(target)
     if unresolvable:
         raise _hooks_failed("these hook targets do not exist", unresolvable, spec)
-    HookRegistry.apply_hooks()
-    missing = [t for t in registered if t not in HookRegistry._patched or _resolve(t) is originals[t]]
+    hook_registry.apply_hooks()
+    missing = [t for t in registered if t not in hook_registry._patched or _resolve(t) is originals[t]]
     if missing:
         raise _hooks_failed("these hooks are not in place", missing, spec)
-    if use_cpu:
-        cpu_platform.after_hooks_applied()
-    _state.update(installed=True, targets=tuple(registered), cpu=use_cpu)
-    # Printed, not logged: SGLang configures logging only after plugins load in the main process.
-    print(
-        INSTALLED_LINE.format(pid=os.getpid(), cpu=use_cpu, policy=spec.policy if spec else None,
-                              hooks=len(registered)),
-        file=sys.stderr, flush=True,
-    )
 
 
 def _hooks_failed(problem: str, targets: list[str], spec) -> SystemExit:
@@ -141,29 +124,28 @@ def current_spec():
 
 
 def executor():
-    """The scheduler process's ``PolicyExecutor`` (None before the scheduler is built)."""
+    """The scheduler process's policy executor (None before the scheduler is built)."""
     return _state["executor"]
-
-
-def _install_policy_hooks(register, spec) -> None:
-    """The hook set the registry names for this policy (``policy.registry.hooks_path``)."""
-    from policy.registry import hooks_path
-
-    try:
-        spec.build()  # fail in every process, the launcher's included, on a bad spec
-    except Exception as exc:  # noqa: BLE001 - any construction error stops the server
-        raise fail(f"cannot build policy {spec.policy!r}: {exc}") from None
-    module_name, function = hooks_path(spec.policy).split(":")
-    try:
-        installer = getattr(importlib.import_module(module_name), function)
-    except (ImportError, AttributeError) as exc:
-        raise fail(f"policy {spec.policy!r}: cannot load its hook set {hooks_path(spec.policy)}: {exc}") from None
-    installer(register, spec)
 
 
 def set_executor(executor) -> None:
     """Called once by a hook set's scheduler-init hook with the object its hooks drive."""
     _state["executor"] = executor
+
+
+def _install_policy_hooks(register, spec) -> None:
+    """The hook set the registry names for this policy (``policy.registry.hook_installer``)."""
+    from policy.registry import hook_installer, hooks_path
+
+    try:
+        spec.build()  # fail in every process, the launcher's included, on a bad spec
+    except Exception as exc:  # noqa: BLE001 - any construction error stops the server
+        raise fail(f"cannot build policy {spec.policy!r}: {exc}") from None
+    try:
+        installer = hook_installer(spec.policy)
+    except (ImportError, AttributeError) as exc:
+        raise fail(f"policy {spec.policy!r}: cannot load its hook set {hooks_path(spec.policy)}: {exc}") from None
+    installer(register, spec)
 
 
 def is_leader(scheduler) -> bool:

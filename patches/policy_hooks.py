@@ -43,18 +43,9 @@ def _start_executor(scheduler, spec, plans_in_tree: bool) -> None:
     executor = PolicyExecutor(spec.build(), events, plans_in_tree=plans_in_tree)
     plugin.set_executor(executor)
     if plans_in_tree:
-        from patches.exact_tree import ExactRadixCache
+        from patches.exact_tree import attach
 
-        if not isinstance(scheduler.tree_cache, ExactRadixCache):
-            raise plugin.fail(
-                f"policy {spec.policy} needs --radix-cache-backend exact, "
-                f"the scheduler built {type(scheduler.tree_cache).__name__}"
-            )
-        ExactRadixCache.executor = executor
-        # New requests: SGLang rounds a first forward that does not take the rest of the prompt
-        # down to this size and waits when the budget is smaller; c* is a multiple of B, so the
-        # forward ends on the piece grid.
-        scheduler.truncation_align_size = spec.config["piece_tokens"]
+        attach(scheduler, executor, spec)
     if leader:
         logger.info("cache policy %s started with config %s", spec.policy, spec.config)
 

@@ -1,34 +1,18 @@
-"""Small matrix products computed row by row, so a row's bits do not depend on its batch (``exact`` on CPU).
+"""Small matrix products computed row by row in decode, so a row's bits do not depend on its batch.
 
-Why: on CPU an fp32 ``F.linear``/``matmul`` takes another code path (GEMV vs blocked GEMM) for
-one row than for several, so row 0 of a 2..4-row product has other bits than the same row alone.
-A warm request decoded in one batch with others would then differ from the cold read decoded
-alone, and ``exact`` promises bit-identity. Prefill is not affected: ``exact`` prefills one
-request at a time (``--prefill-max-requests 1``) in pieces of the same sizes in the warm and the
-cold read (the piece grid). So only decode batches need care: while a decode forward runs, each
-row of a product is computed as a one-row product, exactly what a request decoded alone computes.
+Why (``exact`` on CPU, docs/exact.md §5.10): an fp32 ``F.linear``/``matmul`` takes another code
+path for one row (GEMV) than for several (blocked GEMM), so a warm request decoded beside others
+would differ from the cold read decoded alone. Prefill needs nothing: ``exact`` prefills one
+request at a time in the same pieces warm and cold. Everything else on the decode path is per row
+already (torch-native attention per request, norms, the GDN recurrence, the conv). On a GPU
+SGLang's ``--enable-deterministic-inference`` gives batch-invariant kernels instead.
 
-Hooks (AROUND, installed by ``patches.plugin`` for ``--cache-policy exact`` without CUDA):
-
-| target                                             | what it does                               |
-|----------------------------------------------------|--------------------------------------------|
-| ``ModelRunner.forward``                            | marks a decode forward (``_DECODING``)     |
-| ``UnquantizedLinearMethod.apply``                  | splits every linear layer's rows in decode |
-| ``LogitsProcessor._compute_lm_head``               | splits the LM head's rows in decode        |
-
-Why row-wise products and not one-request-at-a-time decode: decode of B requests then takes B
-one-row products per layer instead of one B-row product, but the B requests still share every
-scheduler step, and on a CPU the step overhead dominates. Measured (``python -m
-eval.bench_batch_invariance``, tiny model, 2-core CPU, 64 decode tokens per request, median of 3,
-one run): exact / radix wall time 1.37 with 1 request (exact's own per-request work), 0.90 with 2
-and 1.06 with 4, within the noise of a shared box. Serial decode would multiply the time by about
-B. The row-wise cost grows with the width of the matrices, so it is larger for a real model on CPU.
-
-Everything else on the decode path is per row already (attention runs per request in the
-torch-native backend; norms, the GDN recurrence and the conv are row-wise elementwise or per
-batch element). The engine test that decodes a warm request beside 1 and 3 others and compares it
-with the cold solo read bit for bit is the check (``tests/engine/test_exact_server.py``). On a
-GPU SGLang's ``--enable-deterministic-inference`` gives batch-invariant kernels instead.
+Cost: B one-row products per layer instead of one B-row product, but the B requests still share
+every scheduler step, which dominates on a CPU. Measured (``python -m eval.bench_batch_invariance``,
+tiny model, 2-core CPU, 64 decode tokens per request, median of 3): exact / radix wall time 1.37
+with 1 request, 0.90 with 2, 1.06 with 4; serial decode would multiply it by about B. The check is
+``tests/engine/test_exact_server.py`` (a warm request decoded beside 1 and 3 others, bit for bit).
+Hooks (AROUND): ``FORWARD`` marks a decode forward, during which ``LINEAR`` and ``LM_HEAD`` go row by row.
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
-"""Writer of the server trace file (``--cache-trace FILE``): the exact token ids of every request.
-
-The events file says what the cache did; this file says what the model read and wrote, so a run
-can be turned into a replayable trace (``eval/traces/record.py`` joins these lines with the
-client's rid -> conversation/turn map; the line format is documented there, beside its reader).
-One line per request that leaves the scheduler, written at the point the events file is written
-(``release_kv_cache`` of a finished request), under every policy and without one. Requests the
-scheduler pops from its waiting queue on an abort never reach that point: they are written from
-the abort hook, with ``finish_reason`` ``abort``. Only the scheduler that writes events writes
-(``patches.plugin.is_leader``), through ``patches.jsonl_append``.
-
-The path travels to the scheduler processes in ``TRACE_ENV``, set by ``patches.launch_server``.
+"""``--cache-trace FILE``: a line (``serving/trace_record.py``) per request leaving the scheduler,
+from ``release_kv_cache`` of a finished request, any policy or none; requests popped from the
+waiting queue on an abort are written from the abort hook (``abort``). Only the events-writing
+scheduler writes (``plugin.is_leader``); the path arrives in ``TRACE_ENV`` from the launcher.
 """
 
 from __future__ import annotations
@@ -17,39 +9,20 @@ from __future__ import annotations
 import logging
 import os
 
-from patches.jsonl_append import JsonlAppender
+from serving.jsonl_append import JsonlAppender
+from serving.trace_record import TRACE_ENV, set_trace_env, trace_record  # noqa: F401 - the launcher's
 
 logger = logging.getLogger(__name__)
-
-TRACE_ENV = "CACHE_TRACE_FILE"
 
 _state: dict = {"writer": None}
 
 
-def set_trace_env(path: str | None) -> None:
-    """Launcher side: hand the absolute trace path (or none) to every SGLang process it starts."""
-    if path:
-        os.environ[TRACE_ENV] = os.path.abspath(path)
-    else:
-        os.environ.pop(TRACE_ENV, None)
-
-
 def trace_line(req, finish_reason: str | None = None) -> dict:
-    """The trace row of an SGLang ``Req`` (``finish_reason`` overrides the request's own)."""
+    """The trace line of an SGLang ``Req`` (``finish_reason`` overrides the request's own)."""
     from patches.executor import finish_type
 
-    return {
-        "rid": req.rid,
-        "cache_salt": req.extra_key,
-        "prompt_ids": [int(t) for t in req.origin_input_ids],
-        "completion_ids": [int(t) for t in req.output_ids],
-        "finish_reason": finish_reason or finish_type(req.finished_reason),
-    }
-
-
-class TraceWriter(JsonlAppender):
-    def write(self, req, finish_reason: str | None = None) -> None:
-        self.append(trace_line(req, finish_reason))
+    return trace_record(req.rid, req.extra_key, req.origin_input_ids, req.output_ids,
+                        finish_reason or finish_type(req.finished_reason))
 
 
 def _write(req, finish_reason: str | None = None) -> None:
@@ -57,7 +30,7 @@ def _write(req, finish_reason: str | None = None) -> None:
     if writer is None:
         return
     try:
-        writer.write(req, finish_reason)
+        writer.append(trace_line(req, finish_reason))
     except Exception:  # noqa: BLE001 - a lost trace line must not stop the server
         logger.exception("cache trace: line for rid=%s not written", getattr(req, "rid", None))
 
@@ -71,7 +44,7 @@ def install(register) -> bool:
 
     def after_scheduler_init(result, scheduler, *args, **kwargs):
         if plugin.is_leader(scheduler):
-            _state["writer"] = TraceWriter(path)
+            _state["writer"] = JsonlAppender(path)
 
     def before_release(req, *args, **kwargs):
         if req.finished():  # a retracted request is released too, and read again later

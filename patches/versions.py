@@ -1,35 +1,14 @@
-"""The upstream versions this overlay patches. A mismatch stops the server.
-
-Only SGLang is checked: the overlay replaces SGLang functions and reads its private fields.
-Triton is not patched (the CPU path replaces the Triton kernels instead of interpreting them),
-so GPU installs keep whatever triton their torch wheel requires; the CPU requirements pin it.
-"""
+"""The pinned SGLang, checked against the running one (``serving/versions.py`` holds the pin)."""
 
 from __future__ import annotations
 
-PINNED = {"sglang": "0.5.16"}
-
-
-class VersionMismatch(RuntimeError):
-    pass
+from serving import versions as pins
+from serving.versions import PINNED, VersionMismatch  # noqa: F401 - part of this module's interface
 
 
 def check_pins(installed: dict[str, str | None] | None = None) -> None:
     """Raise ``VersionMismatch`` naming every pinned package whose installed version differs."""
-    if installed is None:
-        installed = installed_versions()
-    wrong = [
-        f"{name}=={installed.get(name)} (pinned {want})"
-        for name, want in PINNED.items()
-        if installed.get(name) != want
-    ]
-    if wrong:
-        raise VersionMismatch(
-            "the cache-policy overlay patches SGLang internals and was written for "
-            + ", ".join(f"{k}=={v}" for k, v in PINNED.items())
-            + "; installed: "
-            + ", ".join(wrong)
-        )
+    pins.check_pins(installed_versions() if installed is None else installed, pins.PINNED)
 
 
 def installed_versions() -> dict[str, str | None]:
@@ -37,7 +16,7 @@ def installed_versions() -> dict[str, str | None]:
     import importlib.metadata
 
     found: dict[str, str | None] = {}
-    for name in PINNED:
+    for name in pins.PINNED:
         try:
             found[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:

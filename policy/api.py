@@ -13,7 +13,7 @@ Ranges are half-open token positions in the prompt::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol, Union
+from typing import Any, ClassVar, Mapping, Protocol, Union
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +94,10 @@ class Release:
 
 
 class CachePolicy(Protocol):
-    """What ``patches/`` calls. New needs become fields or step kinds, not methods."""
+    """What ``patches/`` calls. New needs become fields or step kinds, not methods.
+
+    The last four members are optional for a policy: ``PolicyDefaults`` gives them their
+    defaults, so a policy inherits it and the launcher calls them without probing."""
 
     name: ClassVar[str]
     config: Any
@@ -106,3 +109,35 @@ class CachePolicy(Protocol):
     def check(self) -> None:
         """Raise ``AssertionError`` on a broken internal invariant (called at idle and in tests)."""
         ...
+
+    def server_settings(self) -> dict[str, object]: ...
+
+    def server_defaults(self) -> dict[str, object]: ...
+
+    def startup_problems(self, settings: Mapping[str, object], env: Mapping[str, str], on_cuda: bool) -> list[str]: ...
+
+    def snapshot_budget(self) -> int: ...
+
+
+class PolicyDefaults:
+    """Defaults of the optional ``CachePolicy`` members: the policy needs nothing from SGLang."""
+
+    def server_settings(self) -> dict[str, object]:
+        """SGLang settings (``ServerArgs`` field -> value) the policy needs. The launcher adds them
+        to the command line, and exits with status 2 when the command line or SGLang's resolved
+        settings disagree. Default: none."""
+        return {}
+
+    def server_defaults(self) -> dict[str, object]:
+        """SGLang settings the launcher adds only when the command line does not give them."""
+        return {}
+
+    def startup_problems(self, settings: Mapping[str, object], env: Mapping[str, str], on_cuda: bool) -> list[str]:
+        """Why the resolved server (``ServerArgs`` fields, environment, CUDA present) cannot give
+        this policy's guarantees, one message each; the launcher refuses to start on any."""
+        return []
+
+    def snapshot_budget(self) -> int:
+        """Recurrent-state snapshots the policy keeps in SGLang's Mamba pool; the launcher sizes
+        the pool as this plus one working slot per running request. 0 leaves SGLang's sizing."""
+        return 0

@@ -1,5 +1,54 @@
-"""The per-request event record shared by the writer (``patches/events.py``, which documents the
-file format) and the readers in ``eval/``."""
+"""The events file (``--cache-events FILE``): its records, their reader and their documentation.
+
+Written by ``patches.launch_server`` (the start-up record) and ``patches/events.py`` (one event
+per request); read by ``eval/``. One JSON object per line, appended (``patches/jsonl_append.py``).
+
+**Start-up record**: one line per server start, written by the launcher before SGLang starts, so
+the last one in a file describes the server that is running. ``read_startups`` returns them;
+``read_events`` skips them.
+
+| field       | type  | meaning                                                                |
+|-------------|-------|------------------------------------------------------------------------|
+| record      | str   | ``"startup"`` (request events have no ``record`` field)                |
+| policy      | str   | the ``--cache-policy`` served                                          |
+| settings    | dict  | the policy's resolved config (defaults, ``KVREUSE_*``, command line)   |
+| versions    | dict  | ``sglang``, ``torch``, ``transformers``, ``overlay`` (this project); null if absent |
+| server_args | list  | the argv the launcher handed to SGLang (the policy's settings added)   |
+| pid         | int   | the launcher's process id                                              |
+| ts          | float | unix time of the start                                                 |
+
+**Request event** (``RequestEvent``): one line when a request leaves the scheduler (finished or
+aborted), written by the scheduler of attention-TP rank 0 only.
+
+| field          | type        | meaning                                                              |
+|----------------|-------------|----------------------------------------------------------------------|
+| schema         | int         | 1                                                                    |
+| rid            | str         | request id (the client's ``rid`` when it sent one)                   |
+| policy         | str         | cache policy that served it (``radix``, ...)                          |
+| prompt_tokens  | int         | prompt length in tokens                                              |
+| prefix_reused  | int         | prompt tokens served from the prefix cache (SGLang ``cached_tokens``) |
+| moved          | int         | prompt tokens relocated from elsewhere (0 for prefix-only policies)  |
+| read           | int         | prompt tokens run through the model = prompt - prefix_reused - moved |
+| decode_tokens  | int         | generated tokens                                                     |
+| cache_salt     | str / null  | the request's cache namespace (SGLang ``extra_key``: cache_salt ...) |
+| plan_resume    | int / null  | reuse length the policy planned at admission (null if never planned) |
+| finish_reason  | str / null  | ``stop``, ``length``, ``abort``, ...                                 |
+| queued_ts      | float       | unix time the policy first saw the request                           |
+| finished_ts    | float       | unix time it left the scheduler                                      |
+| snapshots      | list        | ``[position, kind]`` of each recurrent-state snapshot this read kept  |
+|                |             | (``exact``: periodic, prompt_end, junction, *_back); [] otherwise     |
+| forwards_off_plan | int      | prefill forwards that were not the plan's next piece (must be 0)     |
+| blocks         | int         | blocks of relocated rows spliced into the prompt (``scr``; else 0)    |
+| fallback       | str / null  | why a policy step fell back to a plain read (``scr``: the step and    |
+|                |             | the error, or ``retracted: …``); null when the plan ran as decided     |
+| retractions    | int         | times SGLang retracted or preempted the request and read it again     |
+| match_cap      | int / null  | the prefix match was capped at this many tokens (a request asking for |
+|                |             | prompt logprobs from ``logprob_start_len``); null when not capped      |
+
+Identity, always: ``prompt_tokens == prefix_reused + moved + read``. The counts are raw: ``scr``
+writes ``prefix_reused = cached_tokens - 2 * moved`` unclamped, so a wrong rule shows up as a
+negative count that the accounting check I1 reports.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +58,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 SCHEMA_VERSION = 1
+STARTUP = "startup"  # the ``record`` field of a start-up record
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,11 +103,34 @@ class RequestEvent:
         return cls(**data)
 
 
-def read_events(path: str) -> Iterator[RequestEvent]:
+def startup_record(policy: str, settings: dict, versions: dict, server_args: list[str], pid: int,
+                   ts: float) -> dict:
+    """The start-up record of one server start (fields in the module docstring)."""
+    return {"record": STARTUP, "policy": policy, "settings": settings, "versions": versions,
+            "server_args": list(server_args), "pid": pid, "ts": ts}
+
+
+def _rows(path: str) -> Iterator[tuple[int, dict]]:
     with open(path) as f:
         for number, line in enumerate(f, 1):
             if line.strip():
                 try:
-                    yield RequestEvent.from_dict(json.loads(line))
-                except (ValueError, TypeError) as exc:
+                    yield number, json.loads(line)
+                except ValueError as exc:
                     raise ValueError(f"{path}:{number}: {exc}") from None
+
+
+def read_events(path: str) -> Iterator[RequestEvent]:
+    """The request events of an events file, in order (start-up records skipped)."""
+    for number, row in _rows(path):
+        if isinstance(row, dict) and row.get("record") == STARTUP:
+            continue
+        try:
+            yield RequestEvent.from_dict(row)
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise ValueError(f"{path}:{number}: {exc}") from None
+
+
+def read_startups(path: str) -> list[dict]:
+    """Every start-up record of an events file, in order: the last describes the current server."""
+    return [row for _, row in _rows(path) if isinstance(row, dict) and row.get("record") == STARTUP]

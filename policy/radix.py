@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from policy.api import Arrival, Extend, Plan, Release
+from policy.api import Arrival, Extend, Plan, PolicyDefaults, Release
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ def tree_hit_plan(arrival: Arrival) -> Plan:
     return Plan(rid=arrival.rid, resume=arrival.tree_hit, steps=steps)
 
 
-class RadixPolicy:
+class RadixPolicy(PolicyDefaults):
     name: ClassVar[str] = "radix"
 
     def __init__(self, config: RadixConfig):

@@ -4,7 +4,8 @@ Names feed the launcher's ``--cache-policy`` choices. Implementations are refere
 path and imported on first use, so this package keeps importing nothing but the standard
 library, and ``policy/`` never depends on the packages that implement it.
 
-A policy class has a ``name`` and is built as ``cls(config)``; its config class is a frozen
+A policy class has a ``name``, is built as ``cls(config)`` and implements ``policy.api.CachePolicy``
+(inheriting ``PolicyDefaults`` for the optional members); its config class is a frozen
 dataclass (named by the ``config_class`` attribute of the policy class, or ``<Name>Config`` next
 to it) whose ``__post_init__`` rejects bad values with ``ValueError``.
 """
@@ -63,6 +64,13 @@ def hooks_path(name: str) -> str:
     return _HOOKS.get(name, PLAIN_HOOKS)
 
 
+def hook_installer(name: str):
+    """The ``install(register, spec)`` function of policy ``name``'s hook set (imported now;
+    ``ImportError``/``AttributeError`` when its path names nothing)."""
+    module_name, function = hooks_path(name).split(":")
+    return getattr(importlib.import_module(module_name), function)
+
+
 def names() -> tuple[str, ...]:
     return tuple(sorted(_IMPLEMENTATIONS))
 
@@ -111,6 +119,13 @@ def parse_value(key: str, raw: str, kind: Any) -> Any:
 
 def setting_names(name: str) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(config_class(name)))
+
+
+def setting_defaults(name: str) -> dict[str, Any]:
+    """Each setting of policy ``name`` with its default (a field without one shows as None)."""
+    fields = dataclasses.fields(config_class(name))
+    return {f.name: f.default if f.default is not dataclasses.MISSING
+            else f.default_factory() if f.default_factory is not dataclasses.MISSING else None for f in fields}
 
 
 def parse_assignments(assignments: Iterable[str]) -> dict[str, str]:

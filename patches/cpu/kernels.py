@@ -2,7 +2,7 @@
 
 Why: on a host without CUDA the only way to run SGLang's Triton kernels is Triton's numpy
 interpreter, which is ~100x slower and mis-computes bf16 (it stores bf16 as raw uint16 and does
-arithmetic on the bit patterns, ``sglang_cpu.md`` blocker 10). Replacing every kernel on the
+arithmetic on the bit patterns, ``docs/cpu.md`` §3 blocker 10). Replacing every kernel on the
 GDN path with plain torch removes the interpreter from the CPU path altogether, so neither the
 interpreter patches nor ``TRITON_INTERPRET`` are needed, and an engine test takes well under a
 second per request instead of ~5 s.

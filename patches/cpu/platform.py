@@ -2,8 +2,8 @@
 
 Active only when CUDA is absent (``patches.plugin`` decides). SGLang's own CPU route
 (``SGLANG_USE_CPU_ENGINE=1``) needs a CPU build of sgl-kernel that no registry ships, so this
-uses SGLang's *generic* device path and fills its gaps (``sglang_cpu.md`` §3,
-``sglang516_cpu.md`` §2):
+uses SGLang's *generic* device path and fills its gaps (``docs/cpu.md`` §3,
+``docs/cpu.md`` §4):
 
 | gap on the generic path                                | what this module does                                   |
 |--------------------------------------------------------|---------------------------------------------------------|

@@ -14,7 +14,7 @@ so the exit status and stderr are the ones the process would have without this s
 | policy              | CACHE_POLICY_SPEC = radix + events   | ``load_plugins()``, then the hooks on real       |
 |                     |                                      | ``UnifiedRadixCache``/``Req`` objects            |
 | stock               | no CACHE_POLICY_SPEC                 | ``load_plugins()``, then ``ServerArgs`` on CPU    |
-| version             | ``versions.PINNED`` = 9.9.9          | ``patches.plugin.install()``                     |
+| version             | ``serving.versions.PINNED`` = 9.9.9  | ``patches.plugin.install()``                     |
 | missing_hook        | RELEASE_KV -> a function that is not | ``patches.plugin.install()``                     |
 | missing_hook_loader | there; radix spec                    | ``load_plugins()`` (SGLang's route)              |
 | bad_spec            | CACHE_POLICY_SPEC = "not json"       | ``load_plugins()``                               |
@@ -111,7 +111,7 @@ def load_through_sglang() -> dict:
 
 def build_tree_cache():
     """UnifiedRadixCache(FULL, MAMBA) over real pools on CPU: page 1, one GDN layer, one attention
-    layer, 128 KV slots, 8 recurrent-state slots, 4 request rows (sglang516_cpu.md B4-B7)."""
+    layer, 128 KV slots, 8 recurrent-state slots, 4 request rows (docs/cpu.md §4 B4-B7)."""
     import torch
     from sglang.srt.configs.mamba_utils import Mamba2CacheParams, Mamba2StateDType, Mamba2StateShape
     from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
@@ -337,7 +337,8 @@ def scenario_stock(model_dir: str) -> None:
 
 
 def scenario_version() -> None:
-    from patches import plugin, versions
+    from patches import plugin
+    from serving import versions
 
     versions.PINNED = {"sglang": "9.9.9"}
     run_expecting_exit(plugin.install)

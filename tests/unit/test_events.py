@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from patches.events import EventWriter
-from policy.events import SCHEMA_VERSION, RequestEvent, read_events
+from patches.events import EventWriter, write_startup
+from policy.events import SCHEMA_VERSION, RequestEvent, read_events, read_startups, startup_record
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -246,6 +246,61 @@ def test_read_events_bad_line_reports_path_and_line(tmp_path, bad_line, reason):
     with pytest.raises(ValueError) as info:
         next(events)
     assert str(info.value) == f"{path}:3: {reason}"
+
+
+# ---------------------------------------------------------------------- start-up records
+
+
+def make_startup(policy="radix", pid=7, ts=50.0) -> dict:
+    return startup_record(policy, {"piece_tokens": 64} if policy == "exact" else {},
+                          {"sglang": "0.5.16", "torch": "2.9.0", "transformers": None, "overlay": "0.1.0"},
+                          ["--model-path", "m", "--page-size", "1"], pid, ts)
+
+
+def test_startup_record_exact():
+    assert make_startup() == {
+        "record": "startup", "policy": "radix", "settings": {},
+        "versions": {"sglang": "0.5.16", "torch": "2.9.0", "transformers": None, "overlay": "0.1.0"},
+        "server_args": ["--model-path", "m", "--page-size", "1"], "pid": 7, "ts": 50.0,
+    }
+
+
+@pytest.mark.parametrize(
+    "rows, startups, rids",
+    [
+        pytest.param([], [], [], id="empty"),
+        pytest.param(["s1"], [1], [], id="startup-only"),
+        pytest.param(["s1", "e:a", "e:b"], [1], ["a", "b"], id="startup-then-events"),
+        pytest.param(["s1", "e:a", "s2", "e:b"], [1, 2], ["a", "b"], id="restart-appends-a-second-record"),
+        pytest.param(["e:a", "e:b"], [], ["a", "b"], id="file-from-before-startup-records"),
+    ],
+)
+def test_read_events_skips_startups_and_read_startups_keeps_their_order(tmp_path, rows, startups, rids):
+    path = tmp_path / "events.jsonl"
+    writer = EventWriter(str(path))
+    for row in rows:
+        if row.startswith("s"):
+            write_startup(str(path), make_startup(pid=int(row[1:])))
+        else:
+            writer.write(make_event(rid=row[2:]))
+    writer.close()
+    path.touch()
+    assert [e.rid for e in read_events(str(path))] == rids
+    assert [s["pid"] for s in read_startups(str(path))] == startups
+
+
+def test_write_startup_line_format_exact(tmp_path):
+    path = tmp_path / "deep" / "events.jsonl"
+    write_startup(str(path), make_startup("exact"))
+    assert path.read_text() == json.dumps(make_startup("exact"), sort_keys=True) + "\n"
+
+
+def test_read_startups_reports_a_bad_line(tmp_path):
+    path = tmp_path / "events.jsonl"
+    path.write_text(json.dumps(make_startup()) + "\nnot json\n")
+    with pytest.raises(ValueError) as info:
+        read_startups(str(path))
+    assert str(info.value) == f"{path}:2: Expecting value: line 1 column 1 (char 0)"
 
 
 # ---------------------------------------------------------------------- EventWriter

@@ -299,7 +299,7 @@ def test_a_plan_with_snapshots_is_refused_outside_the_tree():
 
 @pytest.fixture
 def aborts(monkeypatch):
-    """``_abort`` without SGLang: the finish reason is its message."""
+    """``abort`` without SGLang: the finish reason is its message."""
     import patches.executor as executor_module
 
     monkeypatch.setattr(executor_module, "abort_reason", lambda message: message)
@@ -308,7 +308,7 @@ def aborts(monkeypatch):
 def test_a_failing_exact_plan_falls_back_to_a_cold_read(monkeypatch):
     """Planning raises (here: an injected fault): the request is planned as a cold read, which is
     exact by definition; the event records why."""
-    from patches import faults
+    from serving import faults
 
     monkeypatch.setattr(faults, "_PLAN", faults.parse("exact.plan~x11@1"))
     monkeypatch.setattr(faults, "_CALLS", {})
@@ -320,7 +320,7 @@ def test_a_failing_exact_plan_falls_back_to_a_cold_read(monkeypatch):
 
 
 def test_a_failing_release_still_writes_the_event(tmp_path, monkeypatch):
-    from patches import faults
+    from serving import faults
 
     monkeypatch.setattr(faults, "_PLAN", faults.parse("radix.release@1"))
     monkeypatch.setattr(faults, "_CALLS", {})

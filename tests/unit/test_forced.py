@@ -1,6 +1,7 @@
-"""Forced decoding (``patches/forced.py``) without SGLang: the request checks, how a request is
-prepared at the entry (processor attached, params filled, client processors refused), and the
-masking on small logits with stand-in requests (the scheduler's ``__req__``)."""
+"""Forced decoding: the request rules (``serving/forced.py``: checks, how a request is prepared
+at the entry: processor attached, params filled, client processors refused, and which row gets
+which id) and the masking on small logits (``patches/forced.py``) with stand-in requests (the
+scheduler's ``__req__``)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import types
 import pytest
 import torch
 
-from patches import forced
-from patches.forced import FIELD, ForcedRequestError, check_client_processor, check_forced, mask_forced
-
+from patches import forced as glue
+from serving import forced
+from serving.forced import FIELD, check_client_processor, check_forced
+from serving.field_rules import RequestError
 VOCAB = 16
 
 
@@ -47,7 +49,7 @@ def test_good_forcing(p):
     (params([1], n=2), "needs n = 1"),
 ])
 def test_bad_forcing_names_the_field(p, words):
-    with pytest.raises(ForcedRequestError) as info:
+    with pytest.raises(RequestError) as info:
         check_forced(p, VOCAB)
     message = str(info.value)
     assert message.startswith(f"{FIELD}: ") and words in message
@@ -57,19 +59,25 @@ def test_bad_forcing_names_the_field(p, words):
 def test_client_processor_rules():
     check_client_processor(None, allowed=False, forcing=True)
     check_client_processor("code", allowed=True, forcing=False)
-    with pytest.raises(ForcedRequestError, match=r"^custom_logit_processor: client-supplied"):
+    with pytest.raises(RequestError, match=r"^custom_logit_processor: client-supplied"):
         check_client_processor("code", allowed=False, forcing=False)
-    with pytest.raises(ForcedRequestError, match=r"^custom_logit_processor: cannot be combined"):
+    with pytest.raises(RequestError, match=r"^custom_logit_processor: cannot be combined"):
         check_client_processor("code", allowed=True, forcing=True)
 
 
 # ---------------------------------------------------------------------- prepare_request
 
 
+PROCESSOR = "FORCED"
+
+
+def prepare(obj, allowed, available=True):
+    forced.prepare_request(obj, VOCAB, allowed, available, lambda: PROCESSOR)
+
+
 @pytest.fixture
-def processor(monkeypatch):
-    monkeypatch.setattr(forced, "processor_string", lambda: "FORCED")
-    return "FORCED"
+def processor():
+    return PROCESSOR
 
 
 def single(sampling, processor_value=None):
@@ -79,59 +87,60 @@ def single(sampling, processor_value=None):
 
 def test_prepare_single_attaches_and_fills(processor):
     obj = single(params([3, 4]))
-    forced.prepare_request(obj, VOCAB, allowed=False)
+    prepare(obj, allowed=False)
     assert obj.custom_logit_processor == processor
     assert obj.sampling_params["max_new_tokens"] == 2 and obj.sampling_params["ignore_eos"] is True
 
 
 def test_prepare_keeps_client_values(processor):
     obj = single(params([3, 4], max_new_tokens=2, ignore_eos=False))
-    forced.prepare_request(obj, VOCAB, allowed=False)
+    prepare(obj, allowed=False)
     assert obj.sampling_params["ignore_eos"] is False
 
 
 def test_prepare_leaves_plain_requests_alone(processor):
     obj = single({"max_new_tokens": 4})
-    forced.prepare_request(obj, VOCAB, allowed=False, available=False)
+    prepare(obj, allowed=False, available=False)
     assert obj.custom_logit_processor is None and obj.sampling_params == {"max_new_tokens": 4}
 
 
 def test_prepare_refuses_client_processor_unless_allowed(processor):
-    with pytest.raises(ForcedRequestError, match=r"^custom_logit_processor: "):
-        forced.prepare_request(single({"max_new_tokens": 4}, "dill code"), VOCAB, allowed=False)
+    with pytest.raises(RequestError, match=r"^custom_logit_processor: "):
+        prepare(single({"max_new_tokens": 4}, "dill code"), allowed=False)
     obj = single({"max_new_tokens": 4}, "dill code")
-    forced.prepare_request(obj, VOCAB, allowed=True)
+    prepare(obj, allowed=True)
     assert obj.custom_logit_processor == "dill code"
 
 
 def test_prepare_needs_processors_on(processor):
-    with pytest.raises(ForcedRequestError, match=r"^sampling_params.custom_params.forced_output_ids: .*launch_server"):
-        forced.prepare_request(single(params([1])), VOCAB, allowed=False, available=False)
+    with pytest.raises(RequestError, match=r"^sampling_params.custom_params.forced_output_ids: .*launch_server"):
+        prepare(single(params([1])), allowed=False, available=False)
 
 
 def test_prepare_batch_per_prompt(processor):
     obj = types.SimpleNamespace(is_single=False, rid=["a", "b", "c"],
                                 sampling_params=[params([1]), {"max_new_tokens": 2}, params([2, 3])],
                                 custom_logit_processor=[None, None, None])
-    forced.prepare_request(obj, VOCAB, allowed=False)
+    prepare(obj, allowed=False)
     assert obj.custom_logit_processor == [processor, None, processor]
     assert [p.get("max_new_tokens") for p in obj.sampling_params] == [1, 2, 2]
     bad = types.SimpleNamespace(is_single=False, rid=["a", "b"], sampling_params=[params([1]), params([99])],
                                 custom_logit_processor=[None, None])
-    with pytest.raises(ForcedRequestError, match=r"^sampling_params\[1\].custom_params.forced_output_ids: token id 99"):
-        forced.prepare_request(bad, VOCAB, allowed=False)
+    with pytest.raises(RequestError, match=r"^sampling_params\[1\].custom_params.forced_output_ids: token id 99"):
+        prepare(bad, allowed=False)
 
 
 def test_enable_records_the_operator_choice(monkeypatch):
     monkeypatch.delenv(forced.CLIENT_PROCESSORS_ENV, raising=False)
     args = types.SimpleNamespace(enable_custom_logit_processor=False)
-    assert forced.client_processors_allowed(args) is False  # no launcher: SGLang's flag
-    forced.enable(args)
+    assert forced.client_processors_allowed(args.enable_custom_logit_processor) is False  # no launcher: SGLang's flag
+    assert forced.client_processors_allowed(True) is True
+    glue.enable(args)
     assert args.enable_custom_logit_processor is True
-    assert forced.client_processors_allowed(args) is False
+    assert forced.client_processors_allowed(args.enable_custom_logit_processor) is False
     operator = types.SimpleNamespace(enable_custom_logit_processor=True)
-    forced.enable(operator)
-    assert forced.client_processors_allowed(operator) is True
+    glue.enable(operator)
+    assert forced.client_processors_allowed(operator.enable_custom_logit_processor) is True
 
 
 # ---------------------------------------------------------------------- masking
@@ -152,7 +161,7 @@ def test_mask_forces_the_next_id_per_row():
         {"forced_output_ids": [7], "__req__": req(4, 1)},  # past its forced ids: left alone
         {"forced_output_ids": [3, 5], "__req__": req(4, 0, committed=5)},  # overlap: token 0 not appended yet
     ]
-    out = mask_forced(logits, rows)
+    out = glue.mask_forced(logits, rows)
     assert out is logits
     for row, target in ((0, 9), (4, 5)):
         assert out[row].argmax().item() == target
@@ -165,8 +174,21 @@ def test_mask_forces_the_next_id_per_row():
 
 def test_mask_on_an_intermediate_prefill_chunk_uses_the_output_length():
     logits = torch.zeros(1, VOCAB)
-    mask_forced(logits, [{"forced_output_ids": [6], "__req__": req(100, 0, committed=32)}])
+    glue.mask_forced(logits, [{"forced_output_ids": [6], "__req__": req(100, 0, committed=32)}])
     assert logits[0].argmax().item() == 6  # harmless: SGLang discards a chunk's sample
+
+
+@pytest.mark.parametrize("rows, expected", [
+    (None, []),
+    ([None, {"other": 1}], []),
+    ([{"forced_output_ids": [7, 9], "__req__": req(4, 1)}], [(0, 9)]),
+    ([{"forced_output_ids": [7], "__req__": req(4, 1)}], []),  # past its forced ids
+    ([{"forced_output_ids": [7]}], []),  # no request attached: not a scheduler row
+    ([{}, {"forced_output_ids": [3, 5], "__req__": req(4, 0, committed=5)}], [(1, 5)]),  # overlap scheduling
+    ([{"forced_output_ids": [6], "__req__": req(100, 0, committed=32)}], [(0, 6)]),  # prefill chunk
+], ids=["none", "no-forcing", "next", "past-end", "no-req", "overlap", "chunk"])
+def test_forced_targets(rows, expected):
+    assert forced.forced_targets(rows) == expected
 
 
 def test_next_index_without_kv_bookkeeping():
@@ -176,5 +198,5 @@ def test_next_index_without_kv_bookkeeping():
 
 def test_mask_with_no_rows_is_a_no_op():
     logits = torch.ones(2, VOCAB)
-    assert torch.equal(mask_forced(logits, None), torch.ones(2, VOCAB))
-    assert torch.equal(mask_forced(logits, []), torch.ones(2, VOCAB))
+    assert torch.equal(glue.mask_forced(logits, None), torch.ones(2, VOCAB))
+    assert torch.equal(glue.mask_forced(logits, []), torch.ones(2, VOCAB))

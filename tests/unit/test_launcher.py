@@ -1,4 +1,5 @@
-"""``patches.launch_server``: our flags are split off, SGLang's pass through, bad input exits 2.
+"""``patches.launch_server`` and its command line (``serving/launch_args.py``): our flags are split
+off, SGLang's pass through, bad input exits 2, ``--help`` shows ours without importing SGLang.
 
 ``parse`` must not import SGLang; that is checked in a fresh interpreter, since other tests may
 import SGLang in this one. The bad-input cases run the real entry point and must fail during
@@ -19,9 +20,12 @@ import pytest
 
 from exact_cache.config import ExactConfig
 from exact_cache.policy import ExactPolicy
-from patches.launch_server import _given, _snapshot_budget, apply_server_settings, parse
-from policy.registry import PolicyError, PolicySpec
-from tests.unit.fake_policy import FakeConfig
+from patches.launch_server import build_parser, parse
+from serving.launch_args import LaunchError, apply_server_settings, given, snapshot_settings
+from policy.registry import PolicySpec
+from policy import registry
+from policy.api import PolicyDefaults
+from tests.unit.fake_policy import FakeConfig, FakePolicy
 
 ROOT = Path(__file__).resolve().parents[2]
 _VENV_PYTHON = ROOT / ".venv" / "bin" / "python"
@@ -34,6 +38,20 @@ def run_python(args: list[str], cwd: Path = ROOT) -> tuple[subprocess.CompletedP
     start = time.monotonic()
     result = subprocess.run([PYTHON, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
     return result, time.monotonic() - start
+
+
+class LaunchableFakePolicy(PolicyDefaults, FakePolicy):
+    """``FakePolicy`` with the optional members' defaults, which the launcher calls.
+
+    TODO(issue 13): drop once ``tests/unit/fake_policy.FakePolicy`` inherits ``PolicyDefaults``."""
+
+    config_class = FakeConfig
+
+
+@pytest.fixture
+def fake_policy(fake_policy):
+    registry.register(fake_policy, "tests.unit.test_launcher:LaunchableFakePolicy")
+    return fake_policy
 
 
 # ---------------------------------------------------------------------- parse: good input
@@ -63,10 +81,6 @@ def run_python(args: list[str], cwd: Path = ROOT) -> tuple[subprocess.CompletedP
             PolicySpec("radix", {}, None),
             ["--random-seed", "-1", "--x", "-0.5"],
             id="passthrough-negative-values",
-        ),
-        pytest.param(["-h"], PolicySpec("radix", {}, None), ["-h"], id="short-help-goes-to-sglang"),
-        pytest.param(
-            ["--help", "--cache-policy", "radix"], PolicySpec("radix", {}, None), ["--help"], id="help-goes-to-sglang",
         ),
         pytest.param(
             ["--cache-policy-sets", "x", "--cache-event", "y"],
@@ -151,6 +165,89 @@ def test_parse_does_not_import_sglang():
     assert out["sglang"] == []
     assert out["rest"] == ["--model-path", "m", "--port", "3"]
     assert PolicySpec.from_json(out["spec"]) == PolicySpec("radix", {}, str(ROOT / "e.jsonl"))
+
+
+# ---------------------------------------------------------------------- --help
+
+
+def imported_modules(importtime_stderr: str) -> set[str]:
+    """Module names from ``python -X importtime`` output (``import time: self | cumulative | name``)."""
+    return {line.rsplit("|", 1)[1].strip() for line in importtime_stderr.splitlines()
+            if line.startswith("import time:") and line.count("|") == 2}
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_help_shows_our_flags_first_without_importing_sglang(flag):
+    result, _ = run_python(["-X", "importtime", "-m", "patches.launch_server", "--model-path", "m", flag])
+    assert result.returncode == 0, result.stderr
+    usage, description, options = result.stdout.split("\n\n")[:3]
+    assert usage.startswith("usage: python -m patches.launch_server [--cache-policy NAME]")
+    assert "run 'python -m patches.launch_server --help-sglang' to list those." in description.replace("\n", " ")
+    for ours in ("--cache-policy NAME", "--cache-policy-set KEY=VALUE", "--cache-events FILE", "--cache-trace FILE",
+                 "-h, --help", "--help-sglang"):
+        assert ours in options
+    assert "Default: radix" in options and "exact, radix, scr" in " ".join(options.split())
+    assert "  exact (" in result.stdout and "piece_tokens=832" in result.stdout
+    imported = imported_modules(result.stderr)
+    assert "serving.launch_args" in imported  # the check sees the launcher's own imports
+    assert not {m for m in imported if m.split(".")[0] in ("sglang", "torch")}
+
+
+def test_every_flag_has_complete_help_with_its_default():
+    for action in build_parser()._actions:
+        text = " ".join(action.help.split())
+        assert text.endswith(".") and text[0].isupper(), action.option_strings
+        if action.nargs != 0:
+            assert "Default: " in text, action.option_strings
+
+
+def test_help_sglang_execs_sglangs_own_help(monkeypatch):
+    calls = []
+    monkeypatch.setattr(os, "execv", lambda path, args: calls.append((path, args)))
+    parse(["--help-sglang"])
+    assert calls == [(sys.executable, [sys.executable, "-m", "sglang.launch_server", "--help"])]
+
+
+# ---------------------------------------------------------------------- start-up record
+
+
+@pytest.mark.parametrize(
+    "argv, policy, settings",
+    [
+        pytest.param(["--model-path", "m"], "radix", {}, id="radix"),
+        pytest.param(["--cache-policy", "exact", "--cache-policy-set", "piece_tokens=64",
+                      "--cache-policy-set", "retain_every=128"], "exact",
+                     dataclasses.asdict(ExactConfig(piece_tokens=64, retain_every=128)), id="exact-with-settings"),
+    ],
+)
+def test_startup_record_is_appended_before_the_events(tmp_path, argv, policy, settings):
+    from patches.launch_server import write_startup_record
+    from policy.events import read_events, read_startups
+
+    events = tmp_path / "events.jsonl"
+    spec, sglang_argv = parse([*argv, "--cache-events", str(events)])
+    write_startup_record(spec, sglang_argv)
+    write_startup_record(spec, sglang_argv)  # a restart appends a second record
+    first, second = read_startups(str(events))
+    assert first["record"] == "startup" and first["policy"] == policy and first["settings"] == settings
+    assert first["server_args"] == sglang_argv and first["pid"] == os.getpid() and second["ts"] >= first["ts"]
+    assert set(first["versions"]) == {"sglang", "torch", "transformers", "overlay"}
+    assert first["versions"]["overlay"] == "0.1.0"
+    assert list(read_events(str(events))) == []
+
+
+def test_no_startup_record_without_an_events_file(tmp_path, monkeypatch):
+    from patches.launch_server import write_startup_record
+
+    monkeypatch.chdir(tmp_path)
+    write_startup_record(*parse(["--model-path", "m"]))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_launcher_declares_policy_capabilities_instead_of_probing():
+    for path in ("serving/launch_args.py", "patches/launch_server.py"):
+        text = (ROOT / path).read_text()
+        assert "hasattr(" not in text and "getattr(" not in text, path
 
 
 # ---------------------------------------------------------------------- the entry point: bad input
@@ -326,7 +423,7 @@ def test_parse_exact(argv, expected_spec, expected_rest):
     ],
 )
 def test_given(argv, flag, expected):
-    assert _given(argv, flag) == expected
+    assert given(argv, flag) == expected
 
 
 @pytest.mark.parametrize(
@@ -383,7 +480,7 @@ def test_apply_server_settings(settings, argv, expected):
     ],
 )
 def test_apply_server_settings_conflicts(settings, argv, message):
-    with pytest.raises(PolicyError) as info:
+    with pytest.raises(LaunchError) as info:
         apply_server_settings("exact", settings, argv)
     assert str(info.value) == message
 
@@ -402,7 +499,7 @@ def exact_policy(max_snapshots: int) -> ExactPolicy:
     ],
 )
 def test_snapshot_budget(max_snapshots, argv, expected):
-    assert _snapshot_budget(exact_policy(max_snapshots), argv) == expected
+    assert snapshot_settings(exact_policy(max_snapshots).snapshot_budget(), argv) == expected
 
 
 @pytest.mark.parametrize(
@@ -427,13 +524,13 @@ def test_snapshot_budget(max_snapshots, argv, expected):
     ],
 )
 def test_snapshot_budget_rejects(max_snapshots, argv, message):
-    with pytest.raises(PolicyError) as info:
-        _snapshot_budget(exact_policy(max_snapshots), argv)
+    with pytest.raises(LaunchError) as info:
+        snapshot_settings(exact_policy(max_snapshots).snapshot_budget(), argv)
     assert str(info.value) == message
 
 
 def test_snapshot_budget_of_a_policy_without_one():
-    assert _snapshot_budget(PolicySpec("radix").build(), ["--max-running-requests", "2"]) == {}
+    assert snapshot_settings(PolicySpec("radix").build().snapshot_budget(), ["--max-running-requests", "2"]) == {}
 
 
 def test_parse_exact_does_not_import_sglang_or_torch():
@@ -452,13 +549,8 @@ def test_parse_exact_does_not_import_sglang_or_torch():
 
 
 def test_snapshot_budget_with_a_non_integer_running_count_is_a_policy_error():
-    from patches.launch_server import _snapshot_budget
-    from policy.registry import PolicyError
-    from exact_cache.config import ExactConfig
-    from exact_cache.policy import ExactPolicy
-
-    with pytest.raises(PolicyError, match=r"^max_snapshots needs --max-running-requests N: "):
-        _snapshot_budget(ExactPolicy(ExactConfig(max_snapshots=4)), ["--max-running-requests", "x"])
+    with pytest.raises(LaunchError, match=r"^max_snapshots needs --max-running-requests N: "):
+        snapshot_settings(ExactPolicy(ExactConfig(max_snapshots=4)).snapshot_budget(), ["--max-running-requests", "x"])
 
 
 # ---------------------------------------------------------------------------------------- scr
@@ -513,3 +605,38 @@ def test_scr_server_settings(no_kvreuse_env, argv, expected_tail):
 def test_scr_refuses_a_page_size_other_than_one():
     with pytest.raises(SystemExit):
         parse(["--model-path", "m", "--cache-policy", "scr", "--page-size", "16"])
+
+
+# ---------------------------------------------------------------------- refusals from a scheduler
+
+
+@pytest.mark.parametrize(
+    "messages, expected",
+    [
+        pytest.param([], [], id="none"),
+        pytest.param(["no text rotary"], ["no text rotary"], id="one"),
+        pytest.param(["b: second", "a: first", "b: second"], ["a: first", "b: second"], id="deduplicated-sorted"),
+    ],
+)
+def test_refusals_travel_from_scheduler_to_launcher(monkeypatch, messages, expected):
+    from serving import refusals
+
+    monkeypatch.delenv(refusals.REFUSAL_ENV, raising=False)
+    path = refusals.open_channel()
+    try:
+        assert os.environ[refusals.REFUSAL_ENV] == path
+        for message in messages:
+            refusals.record(message)
+        assert refusals.reasons(path) == expected
+    finally:
+        os.unlink(path)
+    assert refusals.reasons(path) == []  # the file is gone
+
+
+def test_a_refusal_without_a_launcher_is_not_recorded(monkeypatch, tmp_path):
+    from serving import refusals
+
+    monkeypatch.delenv(refusals.REFUSAL_ENV, raising=False)
+    monkeypatch.chdir(tmp_path)
+    refusals.record("no launcher")
+    assert list(tmp_path.iterdir()) == []

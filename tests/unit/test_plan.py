@@ -121,3 +121,30 @@ def test_two_snapshots_at_one_position_are_rejected():
                                           Extend(64, 100)))
     with pytest.raises(ValueError, match=r"^plan d: snapshot at 64 is not the end of a read forward$"):
         plan.validate(100)
+
+
+# ---------------------------------------------------------------------- optional members: PolicyDefaults
+
+
+@pytest.mark.parametrize(
+    "member, args, default",
+    [
+        pytest.param("server_settings", (), {}, id="server_settings"),
+        pytest.param("server_defaults", (), {}, id="server_defaults"),
+        pytest.param("startup_problems", ({"page_size": 16}, {}, True), [], id="startup_problems"),
+        pytest.param("snapshot_budget", (), 0, id="snapshot_budget"),
+    ],
+)
+def test_policy_defaults(member, args, default):
+    from policy.api import PolicyDefaults
+
+    assert getattr(PolicyDefaults(), member)(*args) == default
+    assert getattr(RadixPolicy(RadixConfig()), member)(*args) == default  # radix needs nothing from SGLang
+
+
+@pytest.mark.parametrize("max_snapshots", [0, 2, 7])
+def test_exact_declares_its_snapshot_budget(max_snapshots):
+    from exact_cache.config import ExactConfig
+    from exact_cache.policy import ExactPolicy
+
+    assert ExactPolicy(ExactConfig(max_snapshots=max_snapshots)).snapshot_budget() == max_snapshots

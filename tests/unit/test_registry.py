@@ -354,6 +354,41 @@ def test_spec_resolve_rejects_bad_setting(fake_policy):
     assert str(info.value) == "ratio='x': expected a number"
 
 
+@pytest.mark.parametrize(
+    "policy, module, function",
+    [
+        ("radix", "patches.policy_hooks", "install_plain"),
+        ("exact", "patches.policy_hooks", "install_exact"),
+    ],
+)
+def test_hook_installer_imports_the_named_function(policy, module, function):
+    installer = registry.hook_installer(policy)
+    assert (installer.__module__, installer.__name__) == (module, function)
+
+
+def test_hook_installer_of_a_path_that_names_nothing(fake_policy, monkeypatch):
+    monkeypatch.setitem(registry._HOOKS, fake_policy, "patches.policy_hooks:no_such_installer")
+    with pytest.raises(AttributeError):
+        registry.hook_installer(fake_policy)
+
+
+@pytest.mark.parametrize(
+    "policy, expected",
+    [
+        ("radix", {}),
+        ("exact", {"piece_tokens": 832, "retain_every": 6656, "spec_drop": 0, "max_snapshots": 0,
+                   "dump_snapshots": ""}),
+    ],
+)
+def test_setting_defaults(policy, expected):
+    assert registry.setting_defaults(policy) == expected
+
+
+def test_setting_defaults_of_the_fake_policy_follow_its_fields(fake_policy):
+    assert registry.setting_defaults(fake_policy) == {
+        "piece_tokens": 832, "ratio": 0.5, "enabled": True, "mode": "fork", "label": "x"}
+
+
 def test_fake_policy_registration_did_not_leak():
     """Last in the file, after the fixture has registered and removed the test-only policy."""
     assert FAKE not in registry._IMPLEMENTATIONS

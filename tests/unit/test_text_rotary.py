@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from patches import faults
+from serving import faults
 from patches.rope import RotaryMismatch, expected_text_rotary, text_rotary
 
 

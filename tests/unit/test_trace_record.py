@@ -1,4 +1,5 @@
-"""Recording traces: the server's ``--cache-trace`` line (``patches/trace_writer.py``), the launcher
+"""Recording traces: the server's ``--cache-trace`` line (``serving/trace_record.py``, written by
+``patches/trace_writer.py``), the launcher
 flag, the join with the client's calls (``eval/traces/record.py``) and the BCP and workload
 callers (``eval/bcp/trace.py``, ``eval.workload.write_run_trace``)."""
 
@@ -16,6 +17,8 @@ from eval.bcp import trace as bcp_trace
 from eval.traces.format import TraceError, read_trace
 from eval.traces.record import ClientCall, record_trace
 from patches import launch_server, plugin, trace_writer
+from serving.jsonl_append import JsonlAppender
+from serving.trace_record import trace_record
 
 
 class Reason:
@@ -44,11 +47,22 @@ def test_trace_line_has_the_exact_ids_and_the_salt():
     assert trace_writer.trace_line(fake_req(salt=None, reason=None), "abort")["finish_reason"] == "abort"
 
 
+@pytest.mark.parametrize("args, expected", [
+    (("r", None, [1], [], None),
+     {"rid": "r", "cache_salt": None, "prompt_ids": [1], "completion_ids": [], "finish_reason": None}),
+    (("r", "s", array("q", [5, 6]), (True, 7), "stop"),
+     {"rid": "r", "cache_salt": "s", "prompt_ids": [5, 6], "completion_ids": [1, 7], "finish_reason": "stop"}),
+], ids=["empty-completion", "array-and-tuple"])
+def test_trace_record_copies_ids_into_plain_ints(args, expected):
+    record = trace_record(*args)
+    assert record == expected and all(type(t) is int for t in record["prompt_ids"] + record["completion_ids"])
+
+
 def test_writer_appends_one_sorted_line_per_request(tmp_path):
     path = tmp_path / "sub" / "trace.jsonl"
-    writer = trace_writer.TraceWriter(str(path))
-    writer.write(fake_req("a"))
-    writer.write(fake_req("b", output=()))
+    writer = JsonlAppender(str(path))
+    writer.append(trace_writer.trace_line(fake_req("a")))
+    writer.append(trace_writer.trace_line(fake_req("b", output=())))
     writer.close()
     lines = path.read_text().splitlines()
     assert lines[0] == ('{"cache_salt": "s", "completion_ids": [8, 9], "finish_reason": "length", '

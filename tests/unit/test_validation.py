@@ -1,5 +1,7 @@
-"""``patches.validation``: each check's accept/reject boundary, and that ``patches.plugin.install``
-registers the validation hooks whatever the policy (no SGLang import: the registry is a stub)."""
+"""Request checks (``serving/request_checks.py``, ``serving/field_rules.py``): each check's
+accept/reject boundary and exact message prefix; then the glue (``patches.validation``): that
+``patches.plugin.install`` registers the validation hooks whatever the policy (no SGLang import:
+the registry is a stub) and what the hooks do with their arguments."""
 
 from __future__ import annotations
 
@@ -10,13 +12,18 @@ from types import SimpleNamespace
 import pytest
 
 from patches import plugin, validation
-from patches.validation import (
+from serving import field_rules, request_checks
+from serving.field_rules import (
     MAX_ABS_LOGIT_BIAS,
     MAX_EXTRA_KEY_CHARS,
     MAX_N,
     MAX_TOP_K,
     MIN_REPETITION_PENALTY,
+    Context,
     RequestError,
+    check_field,
+)
+from serving.request_checks import (
     check_batch_lengths,
     check_extra_key,
     check_generate_request,
@@ -24,14 +31,18 @@ from patches.validation import (
     check_openai_request,
     check_parallel_n,
     check_positional_embed_overrides,
+    check_request_rids,
     check_rids,
     check_sampling_params,
     check_session_params,
     check_token_ids,
+    check_tokenized_prompt,
     check_top_logprobs_num,
+    field_table_drift,
+    per_request,
 )
 
-SAMPLING_FIELDS_ALL = validation.SAMPLING_FIELDS
+SAMPLING_FIELDS_ALL = request_checks.SAMPLING_FIELDS
 VOCAB = 512  # the tiny model: 512 embedding rows, a 480-token tokenizer
 
 
@@ -58,6 +69,10 @@ def test_token_ids_accepts(ids):
     ([1, 10**12], "token id 1000000000000 at position 1"),
     ([], "input_ids: the prompt is empty"),
     ([1, "2"], "position 1 is '2', not an integer"),
+    # Valid ends, bad middle: the fast path must not look only at min and max.
+    ([0, 2.5, 3], "position 1 is 2.5, not an integer"),
+    ([0, True, 5], "position 1 is True, not an integer"),
+    ([0, None, 5], "position 1 is None, not an integer"),
 ])
 def test_token_ids_rejects(ids, match):
     rejects(check_token_ids, ids, VOCAB, match=match)
@@ -126,10 +141,10 @@ def test_top_logprobs_num_rejects(value, match):
 
 
 def test_token_ids_logprob_is_refused():
-    validation.check_token_ids_logprob(None)
+    request_checks.check_token_ids_logprob(None)
     for value in ([5], [0, 511], [], [[1]]):
-        rejects(validation.check_token_ids_logprob, value, match="^token_ids_logprob: not accepted by this server")
-    rejects(validation.check_token_ids_logprob, [], "token_ids_logprob[1]", match=r"^token_ids_logprob\[1\]: not accepted")
+        rejects(request_checks.check_token_ids_logprob, value, match="^token_ids_logprob: not accepted by this server")
+    rejects(request_checks.check_token_ids_logprob, [], "token_ids_logprob[1]", match=r"^token_ids_logprob\[1\]: not accepted")
 
 
 # ---------------------------------------------------------------------- extra_key / cache_salt
@@ -186,7 +201,7 @@ def test_parallel_n_rejects(params, match):
     {"input_embeds": [], "text": "x"},  # text given: input_embeds is dropped by SGLang
 ])
 def test_before_normalization_accepts(fields):
-    validation.check_before_normalization(SimpleNamespace(**{"sampling_params": None, "text": None, "input_ids": None, **fields}))
+    request_checks.check_before_normalization(SimpleNamespace(**{"sampling_params": None, "text": None, "input_ids": None, **fields}))
 
 
 @pytest.mark.parametrize("fields, match", [
@@ -197,7 +212,7 @@ def test_before_normalization_accepts(fields):
 ])
 def test_before_normalization_rejects(fields, match):
     obj = SimpleNamespace(**{"sampling_params": None, "text": None, "input_ids": None, **fields})
-    rejects(validation.check_before_normalization, obj, match=match)
+    rejects(request_checks.check_before_normalization, obj, match=match)
 
 
 # ---------------------------------------------------------------------- sampling params
@@ -272,12 +287,12 @@ def test_sampling_params_rejects(params, match):
     ("llguidance", "cpu", False), ("outlines", "cpu", False), ("none", "cpu", False),
 ])
 def test_grammar_unavailable(backend, device, refused):
-    assert (validation.grammar_unavailable(backend, device) is not None) == refused
+    assert (request_checks.grammar_unavailable(backend, device) is not None) == refused
 
 
 @pytest.mark.parametrize("name", ["json_schema", "regex", "ebnf", "structural_tag"])
 def test_grammar_refused_where_unavailable(name):
-    reason = validation.grammar_unavailable("xgrammar", "cpu")
+    reason = request_checks.grammar_unavailable("xgrammar", "cpu")
     rejects(check_sampling_params, {name: "x"}, VOCAB, "sampling_params", SAMPLING_FIELDS_ALL, reason,
             match=f"^sampling_params.{name}: constrained decoding with the xgrammar backend is not available on device cpu")
     check_sampling_params({name: "x"}, VOCAB)  # a server that can: SGLang compiles it
@@ -385,8 +400,109 @@ def test_generate_request_accepts(obj):
     (batch(token_ids_logprob=[None, []]), r"^token_ids_logprob\[1\]: not accepted"),
 ])
 def test_generate_request_rejects(obj, match):
-    no_grammar = validation.grammar_unavailable("xgrammar", "cpu")
+    no_grammar = request_checks.grammar_unavailable("xgrammar", "cpu")
     rejects(check_generate_request, obj, VOCAB, {"busy": 1}, FakeEmbeds, no_grammar, match=match)
+
+
+# ---------------------------------------------------------------------- the rule machinery and its tables
+
+def test_check_field_reports_the_first_broken_rule():
+    def never(value, context):
+        return "never"
+
+    check_field("f", None, (never,))  # absent: SGLang fills it in
+    rejects(check_field, "f", 1, (field_rules.integer, never), match="^f: never$")
+    rejects(check_field, "f", "x", (field_rules.integer, never), match="^f: must be an integer, got 'x'$")
+
+
+@pytest.mark.parametrize("params, message", [
+    # every type row comes before any range row: the type error wins whatever the field order
+    ({"top_k": 2**40, "temperature": "hot"}, "sampling_params.temperature: must be a number, got 'hot'"),
+    ({"repetition_penalty": 1e-9, "ignore_eos": 1}, "sampling_params.ignore_eos: must be true or false, got 1"),
+    ({"regex": 5, "json_schema": "{}"}, "sampling_params.regex: must be a string, got int"),
+    ({"logit_bias": [], "stop": 1}, "sampling_params.stop: must be a string or a list of strings, got 1"),
+    ({"stop_token_ids": [9999], "stop_regex": "("}, "sampling_params.stop_regex: '(' is not a valid regular expression"),
+], ids=["type-before-range", "bool-before-penalty", "grammar-type", "stop-before-bias", "regex-before-ids"])
+def test_sampling_rules_report_in_table_order(params, message):
+    with pytest.raises(RequestError) as info:
+        check_sampling_params(params, VOCAB)
+    assert str(info.value).startswith(message)
+
+
+def test_grammar_refusal_follows_the_type_rows():
+    reason = request_checks.grammar_unavailable("xgrammar", "cpu")
+    rejects(check_sampling_params, {"ebnf": 5, "regex": "a"}, VOCAB, "sampling_params", SAMPLING_FIELDS_ALL, reason,
+            match="^sampling_params.ebnf: must be a string, got int$")
+    check_sampling_params({"regex": "a"}, VOCAB, no_grammar="")  # no reason given: nothing refused
+
+
+@pytest.mark.parametrize("value, context, expected", [
+    (-1, Context(), None),
+    (-2, Context(), "must be -1 (none) or a prompt position >= 0, got -2"),
+    (5, Context(prompt_len=4), "5 is past the end of the prompt (4 tokens)"),
+    (5, Context(prompt_len=4, return_logprob=False), None),
+    (5, Context(prompt_len=None), None),
+], ids=["none", "below", "past-end", "unused", "length-unknown"])
+def test_logprob_start_rule(value, context, expected):
+    assert field_rules.logprob_start(value, context) == expected
+
+
+@pytest.mark.parametrize("struct_fields, expected", [
+    ({"SamplingParams": request_checks.SAMPLING_FIELDS | request_checks.SAMPLING_INTERNAL_FIELDS,
+      "SessionParams": tuple(request_checks.SESSION_FIELDS)}, None),
+    ({"SessionParams": ("id", "rid", "offset", "replace", "drop_previous_output", "new_one")},
+     "SessionParams fields changed (SGLang internals changed?): ['new_one']; update serving/request_checks.py"),
+    ({"SamplingParams": ("max_new_tokens",)}, "SamplingParams fields changed"),
+], ids=["same", "added", "removed"])
+def test_field_table_drift(struct_fields, expected):
+    drift = field_table_drift(struct_fields)
+    assert drift == expected if expected is None else drift.startswith(expected)
+
+
+@pytest.mark.parametrize("value, single, count, expected", [
+    ([1, 2], True, 1, [[1, 2]]),
+    ([1, 2, 3], False, 2, [1, 2]),
+    (None, False, 3, [None, None, None]),
+    ("k", False, 2, ["k", "k"]),
+], ids=["single-keeps-list", "batch-list-cut", "batch-none", "batch-scalar"])
+def test_per_request(value, single, count, expected):
+    assert per_request(value, single, count) == expected
+
+
+# ---------------------------------------------------------------------- after tokenization, other requests
+
+@pytest.mark.parametrize("fields, input_ids, match", [
+    ({"input_ids": [1]}, [1, 512], r"^input_ids: token id 512 at position 1"),
+    ({"input_ids": None, "text": "hi"}, [], r"^text \(tokenized\): the prompt is empty"),
+    ({"input_ids": None, "logprob_start_len": 3, "return_logprob": True}, [1, 2], "^logprob_start_len: 3 is past the end"),
+], ids=["ids", "text", "logprob-start"])
+def test_tokenized_prompt_rejects(fields, input_ids, match):
+    rejects(check_tokenized_prompt, SimpleNamespace(**fields), input_ids, VOCAB, match=match)
+
+
+@pytest.mark.parametrize("fields, input_ids", [
+    ({"input_ids": [1]}, [1, 511]),
+    ({"input_ids": None, "logprob_start_len": 3}, [1, 2]),  # return_logprob absent: unused
+    ({"input_embeds": [[0.1]]}, [999]),  # embeddings: the ids are placeholders
+    ({}, None),
+], ids=["ids", "logprob-unused", "embeds", "no-ids"])
+def test_tokenized_prompt_accepts(fields, input_ids):
+    check_tokenized_prompt(SimpleNamespace(**fields), input_ids, VOCAB)
+
+
+def test_request_rids_of_an_embedding_request():
+    check_request_rids(SimpleNamespace(is_single=False, rid=["a", "b"]), {"c": 1})
+    rejects(check_request_rids, SimpleNamespace(rid="c"), {"c": 1}, match="^rid: a request with rid 'c' is already")
+    rejects(check_request_rids, SimpleNamespace(is_single=False, rid=["a", "a"]), match="^rid: 'a' appears more than once")
+
+
+def test_hooks_hand_back_the_original_result():
+    manager = SimpleNamespace(model_config=SimpleNamespace(vocab_size=VOCAB))
+    assert validation.after_validate_one("kept", manager, SimpleNamespace(input_ids=[1]), [1]) == "kept"
+    with pytest.raises(RequestError, match="^input_ids: token id 512"):
+        validation.after_validate_one("kept", manager, SimpleNamespace(input_ids=[512]), [512])
+    assert validation.after_openai_validate("SGLang's error", None, SimpleNamespace(cache_salt=5)) == "SGLang's error"
+    assert validation.after_openai_validate(None, None, SimpleNamespace(cache_salt=5)).startswith("cache_salt: must be")
 
 
 # ---------------------------------------------------------------------- registration, every policy
@@ -478,12 +594,12 @@ def test_align_parallel_rids(fields, expected):
     for sampling in ({"n": 3}, [{"n": 3}, {"n": 3}]):
         obj = SimpleNamespace(**{"text": None, "input_ids": None, "input_embeds": None, "sampling_params": sampling, **fields})
         names = iter(f"u{i}" for i in range(10))
-        validation.align_parallel_rids(obj, lambda: next(names))
+        request_checks.align_parallel_rids(obj, lambda: next(names))
         assert obj.rid == expected
 
 
 @pytest.mark.parametrize("sampling", [None, {}, {"n": 1}, {"n": None}, [{"n": 1}], []])
 def test_align_parallel_rids_leaves_n1_alone(sampling):
     obj = SimpleNamespace(rid=None, text="hi", input_ids=None, input_embeds=None, sampling_params=sampling)
-    validation.align_parallel_rids(obj)
+    request_checks.align_parallel_rids(obj)
     assert obj.rid is None

@@ -4,8 +4,9 @@
 makes ``check("scr.restore_state", rid)`` raise ``InjectedFault`` on its first call, and
 ``check("scr.side_store", rid)`` on the second and every later call whose ``rid`` starts with
 ``conv-b`` (``~`` filters by key prefix; ``+`` repeats). Unset (the default), a check is one
-dict lookup. The steps are named where ``check`` is called (``grep faults.check``);
-the engine tests use this to show that a failing step ends one request, never the server.
+dict lookup. The steps are named where ``check`` is called (``grep faults.check``: the
+executors in ``patches/``); the engine tests use this to show that a failing step ends one
+request, never the server. Standard library only, so the executors' pure tests use it too.
 """
 
 from __future__ import annotations

@@ -1,0 +1,133 @@
+"""SCR's tensor operations: the K/V side buffer, the recurrent-state shadow, row copies with key
+re-rotation, and state save/restore (``docs/scr.md`` §5, §8, §9).
+
+Both stores live outside SGLang's paged pools (§5.1, §9.1), so they never compete with the
+scheduler for slots and are invisible to its accounting and leak checks. Row ``r`` of side slot
+``s`` is flat row ``s * tokens + r``; the state shadow is indexed by the side slot too. Nothing
+here decides anything: ``patches/scr_runtime.py`` says which rows and slots.
+"""
+# Spec: docs/scr.md
+
+from __future__ import annotations
+
+import torch
+
+from patches.rope import rerotate_keys_from_cache, text_rotary
+
+
+class SideBuffer:
+    """K/V rows of each full-attention layer for ``sessions`` conversations of up to ``tokens`` rows."""
+
+    def __init__(self, pool_kv: list[tuple[torch.Tensor, torch.Tensor]], sessions: int, tokens: int):
+        self.sessions, self.tokens = sessions, tokens
+        self.kv = [tuple(torch.empty((sessions * tokens, *t.shape[1:]), dtype=t.dtype, device=t.device)
+                         for t in pair) for pair in pool_kv]
+
+    @property
+    def bytes_per_token(self) -> int:
+        return sum(k[0].numel() * k.element_size() + v[0].numel() * v.element_size() for k, v in self.kv)
+
+    def _rows(self, slot: int, rows: torch.Tensor) -> torch.Tensor:
+        if not 0 <= slot < self.sessions:
+            raise IndexError(f"side slot {slot} outside [0, {self.sessions})")
+        return slot * self.tokens + rows
+
+    def store(self, slot: int, pool_kv, src: torch.Tensor, keep: int, end: int) -> None:
+        """Copy pool rows ``src[keep:end]`` into side rows ``[keep, end)`` of ``slot``, every layer."""
+        if end > self.tokens:
+            raise ValueError(f"{end} rows exceed the slot size {self.tokens}")
+        rows = self._rows(slot, torch.arange(keep, end, device=src.device))
+        for side, pool in zip(self.kv, pool_kv):
+            for side_t, pool_t in zip(side, pool):
+                side_t[rows] = pool_t[src[keep:end]]
+
+    def load(self, slot: int, rows: torch.Tensor, pool_kv, dst: torch.Tensor) -> None:
+        """Copy side rows ``rows`` of ``slot`` into pool rows ``dst`` (fresh slots), every layer."""
+        flat = self._rows(slot, rows)
+        for side, pool in zip(self.kv, pool_kv):
+            for side_t, pool_t in zip(side, pool):
+                pool_t[dst] = side_t[flat]
+
+
+class StateShadow:
+    """One saved recurrent state (every conv component + the SSM state, all linear layers) per side slot."""
+
+    def __init__(self, conv: list[torch.Tensor], temporal: torch.Tensor, sessions: int):
+        self.sessions = sessions
+        # One tensor per live part, in the order (*conv, temporal), with the slot axis in place of the row axis.
+        self.parts = [torch.zeros((t.shape[0], sessions, *t.shape[2:]), dtype=t.dtype, device=t.device)
+                      for t in (*conv, temporal)]
+
+    def save(self, slot: int, conv: list[torch.Tensor], temporal: torch.Tensor, state_index: int) -> None:
+        for shadow, live in zip(self.parts, (*conv, temporal)):
+            shadow[:, slot] = live[:, state_index]
+
+    def restore(self, slot: int, conv: list[torch.Tensor], temporal: torch.Tensor, state_index: int) -> None:
+        for shadow, live in zip(self.parts, (*conv, temporal)):
+            live[:, state_index] = shadow[:, slot]
+
+
+class ScrTensors:
+    """The tensors of one scheduler that SCR reads and writes: SGLang's full-attention K/V pool,
+    its recurrent-state pool (None on a dense model), and SCR's side buffer and state shadow."""
+
+    def __init__(self, scheduler, config):
+        kv_pool = scheduler.token_to_kv_pool_allocator.get_kvcache()
+        mapping = getattr(kv_pool, "full_attention_layer_id_mapping", None)
+        self.layers = sorted(mapping) if mapping else list(range(kv_pool.start_layer, kv_pool.end_layer))
+        self.pool_kv = [kv_pool.get_kv_buffer(layer) for layer in self.layers]
+        self.req_to_token = scheduler.req_to_token_pool.req_to_token
+        self.side = SideBuffer(self.pool_kv, config.side_sessions, config.side_tokens)
+        mamba_pool = getattr(scheduler.req_to_token_pool, "mamba_pool", None)
+        self.state = mamba_pool.mamba_cache if mamba_pool is not None else None
+        self.shadow = (StateShadow(self.state.conv, self.state.temporal, config.side_sessions)
+                       if self.state is not None and config.ssm else None)
+        model_config = scheduler.model_config
+        # Raises RotaryMismatch (the plugin turns it into a refusal to start, exit 2).
+        self.rotary = text_rotary(scheduler.tp_worker.model_runner.model, self.layers,
+                                  model_config.hf_text_config, getattr(model_config, "context_len", None))
+
+    def shadow_gib(self) -> float:
+        return sum(t.numel() * t.element_size() for t in self.shadow.parts) / 2**30
+
+    def prefix_rows(self, pool_index: int, end: int) -> torch.Tensor:
+        """Pool slots of a request's first ``end`` tokens."""
+        return self.req_to_token[pool_index, :end].to(torch.int64)
+
+    def place(self, slot: int, old_start: int, new_start: int, dst: torch.Tensor, rerotate: bool) -> None:
+        """§5.3 + §8.3: side rows ``[old_start, old_start + len(dst))`` -> fresh pool slots ``dst``;
+        keys re-rotated from the old positions to ``[new_start, ...)`` with the model's own table."""
+        rows = torch.arange(old_start, old_start + dst.numel(), device=dst.device)
+        self.side.load(slot, rows, self.pool_kv, dst)
+        if not rerotate or old_start == new_start:
+            return
+        new = rows + (new_start - old_start)
+        for keys, _values in self.pool_kv:
+            keys[dst] = rerotate_keys_from_cache(keys[dst], rows, new, self.rotary.cos_sin_cache)
+
+    def store(self, slot: int, pool_index: int, kv_len: int, keep: int, end: int) -> None:
+        """§5.2: rows ``[keep, end)`` of a request's K/V -> the same rows of side slot ``slot``."""
+        self.side.store(slot, self.pool_kv, self.prefix_rows(pool_index, kv_len), keep, end)
+
+    def save_state(self, slot: int, state_index: int) -> None:
+        """§9.2: the state row ``state_index`` -> the shadow row of side slot ``slot``."""
+        self.shadow.save(slot, self.state.conv, self.state.temporal, state_index)
+
+    def restore_state(self, slot: int, state_index: int) -> None:
+        """§9.4 (fork): the shadow row of ``slot`` overwrites state row ``state_index``. The row's
+        own state is kept aside first and put back if the copy fails half-way, so a fallback (a
+        plain read from the stop) starts from the state phase 1 left."""
+        live_parts = (*self.state.conv, self.state.temporal)
+        own = [t[:, state_index].clone() for t in live_parts]
+        try:
+            self.shadow.restore(slot, self.state.conv, self.state.temporal, state_index)
+        except Exception:
+            for live, saved in zip(live_parts, own):
+                live[:, state_index] = saved
+            raise
+
+    def state_sum(self, state_index: int | None = None, slot: int | None = None) -> float:
+        """Checksum of a live state row or a shadow row, for the trace (a device sync on GPU)."""
+        if slot is not None:
+            return float(self.shadow.parts[-1][:, slot].abs().sum())
+        return float(self.state.temporal[:, state_index].abs().sum())

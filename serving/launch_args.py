@@ -1,0 +1,166 @@
+"""The launcher's command line: our flags, SGLang's flags, and the settings a policy adds to them.
+
+``python -m patches.launch_server`` takes its own flags off the command line and hands the rest to
+``sglang.launch_server``, after adding the SGLang settings the selected policy needs. Everything
+here is argv arithmetic on names and values the launcher passes in (it asks ``policy.registry``),
+so ``--help`` and every usage error come back before SGLang is imported (which takes about 20 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import textwrap
+from typing import Mapping
+
+PROG = "python -m patches.launch_server"
+
+DESCRIPTION = (
+    "Start SGLang 0.5.16 with a switchable prefix-cache policy. The flags below are this "
+    "launcher's own. Every other argument goes to sglang.launch_server unchanged; run "
+    f"'{PROG} --help-sglang' to list those."
+)
+
+SUMMARIES = {  # one line per built-in policy for --help; a registered policy may have none
+    "radix": "SGLang's own prefix caching, through the overlay",
+    "exact": "an exact checkpointed prefix cache for hybrid GDN + attention models",
+    "scr": "Suffix Cache Reuse: unchanged spans of an edited prompt are relocated, not read again",
+}
+
+
+class LaunchError(ValueError):
+    """A command line the selected policy cannot run with; the message says what to change."""
+
+
+class _SglangHelp(argparse.Action):
+    """``--help-sglang``: replace this process with ``sglang.launch_server --help``."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        sys.stdout.flush()
+        os.execv(sys.executable, [sys.executable, "-m", "sglang.launch_server", "--help"])
+
+
+def build_parser(settings: Mapping[str, Mapping[str, object]]) -> argparse.ArgumentParser:
+    """Our flags; ``settings`` maps each policy name to its settings' defaults (for ``--help``)."""
+    names = sorted(settings)
+    parser = argparse.ArgumentParser(
+        prog=PROG, description=textwrap.fill(DESCRIPTION, 96), epilog=settings_epilog(settings),
+        allow_abbrev=False, add_help=False, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--cache-policy", default="radix", choices=names, metavar="NAME", help=(
+        f"The prefix-cache policy to serve with, one of: {', '.join(names)}. "
+        "Default: radix (SGLang's own prefix caching)."))
+    parser.add_argument("--cache-policy-set", action="append", default=[], metavar="KEY=VALUE", help=(
+        "Set one of the selected policy's settings (listed below with their defaults). Repeat the "
+        "flag to set several; when a key is given twice, the later value wins. Default: none."))
+    parser.add_argument("--cache-events", default=None, metavar="FILE", help=(
+        "Append a start-up record, then one JSON line per finished request, to FILE (the format "
+        "is documented in policy/events.py). Default: no events file."))
+    parser.add_argument("--cache-trace", default=None, metavar="FILE", help=(
+        "Append each finished request's rid, cache salt, prompt and completion token ids to FILE, "
+        "one JSON line per request (eval/traces/record.py reads it). Default: no trace file."))
+    parser.add_argument("-h", "--help", action="help", help="Show this help and exit.")
+    parser.add_argument("--help-sglang", nargs=0, action=_SglangHelp, help=(
+        "Show sglang.launch_server's own help (about 2,000 lines; importing SGLang takes about "
+        "20 s) and exit."))
+    return parser
+
+
+def settings_epilog(settings: Mapping[str, Mapping[str, object]]) -> str:
+    """Each policy's settings with their defaults, wrapped for the help text."""
+    lines = ["Policies, and their settings for --cache-policy-set as KEY=default:"]
+    for name in sorted(settings):
+        listed = ", ".join(f"{key}={_shown(value)}" for key, value in settings[name].items())
+        summary = f" ({SUMMARIES[name]})" if name in SUMMARIES else ""
+        lines += textwrap.wrap(f"{name}{summary}: {listed or 'no settings'}", 96, initial_indent="  ",
+                               subsequent_indent="    ")
+    note = ("A policy also adds the SGLang flags it needs (exact, for instance, sets --chunked-prefill-size "
+            "to piece_tokens); a command line that contradicts one is an error (exit status 2). scr also "
+            "reads the authors' KVREUSE_* environment variables, which --cache-policy-set overrides.")
+    return "\n".join(lines + [""] + textwrap.wrap(note, 96))
+
+
+def _shown(value: object) -> object:
+    return '""' if value == "" else value
+
+
+def flag(field: str) -> str:
+    """The command-line spelling of a ServerArgs field: ``page_size`` -> ``--page-size``."""
+    return "--" + field.replace("_", "-")
+
+
+def given(argv: list[str], flag: str) -> tuple[bool, str | None]:
+    """Whether ``flag`` is on the command line, and its value (None for a bare flag)."""
+    for index, item in enumerate(argv):
+        if item == flag:
+            following = argv[index + 1] if index + 1 < len(argv) else None
+            return True, None if following is None or following.startswith("--") else following
+        if item.startswith(flag + "="):
+            return True, item.split("=", 1)[1]
+    return False, None
+
+
+def apply_server_settings(policy_name: str, settings: dict, argv: list[str]) -> list[str]:
+    """Add the SGLang settings a policy needs to ``argv``; a conflicting user value is an error.
+
+    ``settings`` maps ServerArgs fields to values; True/False are store_true flags.
+    """
+    out = list(argv)
+    for field, value in settings.items():
+        name = flag(field)
+        present, value_given = given(argv, name)
+        if isinstance(value, bool):
+            if present and not value:
+                raise LaunchError(f"--cache-policy {policy_name} cannot run with {name}")
+            if value and not present:
+                out.append(name)
+            continue
+        if present and value_given != str(value):
+            raise LaunchError(
+                f"--cache-policy {policy_name} needs {name} {value}; the command line gives {name} {value_given}"
+            )
+        if not present:
+            out += [name, str(value)]
+    return out
+
+
+def add_server_defaults(defaults: dict, argv: list[str]) -> list[str]:
+    """Add each of a policy's default SGLang settings that the command line does not give."""
+    out = list(argv)
+    for field, value in defaults.items():
+        name = flag(field)
+        if given(argv, name)[0]:
+            continue
+        if isinstance(value, bool):
+            out += [name] if value else []
+        else:
+            out += [name, str(value)]
+    return out
+
+
+def snapshot_settings(budget: int, argv: list[str]) -> dict:
+    """A policy's snapshot budget as SGLang's Mamba-pool size: snapshots + one working slot per
+    running request. Fewer than two snapshots cannot serve one request (the lock holds one while
+    the next is written). A budget of 0 leaves SGLang's own pool sizing."""
+    if not budget:
+        return {}
+    if budget < 2:
+        raise LaunchError(
+            f"max_snapshots={budget} is too small for one running request: it needs at least 2"
+        )
+    present, running = given(argv, "--max-running-requests")
+    if not present or running is None or not running.isdigit():
+        raise LaunchError(
+            "max_snapshots needs --max-running-requests N: each running request holds a working state "
+            "slot besides the snapshots"
+        )
+    return {"max_mamba_cache_size": budget + int(running)}
+
+
+def resolved_setting_problems(settings: dict, resolved: dict) -> list[str]:
+    """Each required setting SGLang resolved to another value. The command-line check in
+    ``apply_server_settings`` cannot see repeated flags (SGLang keeps the last), abbreviations or
+    config files, so the launcher compares with what SGLang actually resolved."""
+    return [f"needs {flag(field)} {value}, SGLang resolved {resolved.get(field)!r}"
+            for field, value in settings.items() if resolved.get(field) != value]

@@ -1,0 +1,120 @@
+"""What the policy executor remembers about each request, for its plan checks and its event.
+
+``patches/executor.py`` reads SGLang's ``Req`` and hands plain values here: the prompt, the plan
+(a ``policy.api.Plan``), where each prefill forward ended. One ``TrackedRequest`` per request,
+kept in a ``RequestBook`` keyed by rid from the first prefix match to the release hook, which
+pops it (the executor's idle check reports any left over).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+
+class Forward(NamedTuple):
+    """A prefill forward over ``[start, end)``, checked against the plan."""
+
+    start: int
+    end: int
+    expected: tuple[int, int] | None  # the plan's forward starting at ``start`` (None: there is none)
+    keep: str | None  # snapshot kind to keep at ``end``; None also when the forward is off the plan
+
+    @property
+    def on_plan(self) -> bool:
+        return self.expected == (self.start, self.end)
+
+
+@dataclass
+class TrackedRequest:
+    queued_ts: float
+    tokens: tuple[int, ...]  # the prompt, copied once: a waiting request is re-matched every pass
+    plan: Any  # the ``policy.api.Plan``; None after a contained planning failure (a plain read)
+    read_until: int = 0  # end of the last prefill forward seen
+    forwards_off_plan: int = 0
+    snapshots: list = field(default_factory=list)  # [position, kind] written into the tree
+    fallback: str | None = None  # why a policy step failed (the event's ``fallback``)
+    match_cap: int | None = None  # SGLang limited the prefix match to this many tokens
+
+    def read_to(self, end: int) -> Forward | None:
+        """Record a prefill forward that ended at ``end``; None when it read nothing new.
+
+        SGLang's call after the last prefill forward counts the first output token, so ``end`` is
+        clipped to the prompt. A forward that is not the plan's next piece is counted.
+        """
+        end = min(end, len(self.tokens))
+        if end == self.read_until:
+            return None
+        expected = next((f for f in self.plan.forwards() if f[0] == self.read_until), None)
+        start, self.read_until = self.read_until, end
+        if expected != (start, end):
+            self.forwards_off_plan += 1
+            return Forward(start, end, expected, None)
+        return Forward(start, end, expected, self.plan.snapshots().get(end))
+
+    def next_piece_len(self, start: int) -> int | None:
+        """Length of the planned forward that starts at ``start``, if there is one."""
+        if self.plan is None:
+            return None
+        return next((end - begin for begin, end in self.plan.forwards() if begin == start), None)
+
+
+class RequestBook(dict):
+    """rid -> ``TrackedRequest``."""
+
+    def prompt(self, rid: str, ids) -> tuple[int, ...]:
+        """The prompt as a tuple, copied only on first sight or when SGLang rewrote it (an abort
+        shortens it to one token)."""
+        previous = self.get(rid)
+        if previous is not None and len(previous.tokens) == len(ids):
+            return previous.tokens
+        return tuple(ids)
+
+    def track(self, rid: str, tokens: tuple[int, ...], plan, match_cap: int | None):
+        """(Re)plan ``rid``: the latest plan wins; the first sighting's time and fallback stay.
+        Raises ``ValueError`` for a plan that does not tile the prompt."""
+        if plan is not None:
+            plan.validate(len(tokens))
+        previous = self.get(rid)
+        self[rid] = TrackedRequest(
+            queued_ts=previous.queued_ts if previous else time.time(), tokens=tokens, plan=plan,
+            read_until=plan.resume if plan else 0,
+            fallback=previous.fallback if previous else None, match_cap=match_cap)
+        return plan
+
+    def note_fallback(self, rid: str, reason: str) -> None:
+        """Keep the first failure reason of a tracked request for its event."""
+        tracked = self.get(rid)
+        if tracked is not None:
+            tracked.fallback = tracked.fallback or reason
+
+
+def event_fields(tracked: TrackedRequest | None, match_cap: int | None) -> dict:
+    """The ``RequestEvent`` fields the executor's bookkeeping supplies (``match_cap``: SGLang's, for
+    a request that was never tracked)."""
+    if tracked is None:
+        return dict(plan_resume=None, queued_ts=time.time(), snapshots=[], forwards_off_plan=0, fallback=None,
+                    match_cap=match_cap)
+    return dict(plan_resume=tracked.plan.resume if tracked.plan else None, queued_ts=tracked.queued_ts,
+                snapshots=tracked.snapshots, forwards_off_plan=tracked.forwards_off_plan,
+                fallback=tracked.fallback, match_cap=tracked.match_cap)
+
+
+def prefix_match_cap(return_logprob: bool, logprob_start_len: int | None, prompt_tokens: int) -> int | None:
+    """The prefix-match limit SGLang applies below its usual ``len - 1``, or None: a request that
+    asks for prompt logprobs from ``logprob_start_len`` is matched no further than that."""
+    start = logprob_start_len
+    if return_logprob and start is not None and 0 <= start < prompt_tokens - 1:
+        return int(start)
+    return None
+
+
+def finish_type(reason) -> str | None:
+    """The ``type`` of an SGLang finish reason (``stop``, ``length``, ``abort``, ...), or None."""
+    if reason is None:
+        return None
+    as_json = reason.to_json() if hasattr(reason, "to_json") else None
+    if isinstance(as_json, dict) and "type" in as_json:
+        return str(as_json["type"])
+    return type(reason).__name__

@@ -1,0 +1,116 @@
+"""``serving.request_book``: the executor's per-request bookkeeping, without SGLang."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from policy.api import Extend, Plan, Snapshot
+from serving.request_book import Forward, RequestBook, TrackedRequest, event_fields, finish_type, prefix_match_cap
+
+# [0, 64) [64, 128) snapshot at 128 (periodic), tail [128, 150)
+PLAN = Plan("r", 0, (Extend(0, 64), Extend(64, 128), Snapshot(128, "periodic"), Extend(128, 150)))
+
+
+def tracked(plan: Plan = PLAN, prompt_len: int = 150, read_until: int = 0) -> TrackedRequest:
+    return TrackedRequest(queued_ts=1.0, tokens=tuple(range(prompt_len)), plan=plan, read_until=read_until)
+
+
+@pytest.mark.parametrize(
+    "read_until, end, expected, off_plan",
+    [
+        pytest.param(0, 64, Forward(0, 64, (0, 64), None), 0, id="first-piece"),
+        pytest.param(64, 128, Forward(64, 128, (64, 128), "periodic"), 0, id="piece-ending-at-a-keep-point"),
+        pytest.param(128, 151, Forward(128, 150, (128, 150), None), 0, id="tail-seen-with-the-first-output-token"),
+        pytest.param(64, 64, None, 0, id="nothing-new-read"),
+        pytest.param(0, 100, Forward(0, 100, (0, 64), None), 1, id="off-the-grid"),
+        pytest.param(100, 128, Forward(100, 128, None, None), 1, id="no-planned-forward-starts-here"),
+    ],
+)
+def test_read_to(read_until, end, expected, off_plan):
+    request = tracked(read_until=read_until)
+    assert request.read_to(end) == expected
+    assert request.forwards_off_plan == off_plan
+    assert request.read_until == (expected.end if expected else read_until)
+
+
+@pytest.mark.parametrize(
+    "plan, start, expected",
+    [
+        pytest.param(PLAN, 0, 64, id="first"),
+        pytest.param(PLAN, 128, 22, id="tail"),
+        pytest.param(PLAN, 100, None, id="off-grid"),
+        pytest.param(None, 0, None, id="no-plan"),
+    ],
+)
+def test_next_piece_len(plan, start, expected):
+    assert tracked(plan=plan).next_piece_len(start) == expected
+
+
+def test_book_keeps_the_first_sighting_and_the_first_fallback():
+    book = RequestBook()
+    tokens = book.prompt("r", [1, 2, 3])
+    book.track("r", tokens, None, None)
+    book.note_fallback("r", "plan: boom")
+    first = book["r"]
+    assert book.prompt("r", [1, 2, 3]) is first.tokens  # copied once
+    assert book.prompt("r", [9]) == (9,)  # SGLang rewrote the prompt
+    book.note_fallback("r", "later")
+    plan = Plan("r", 1, (Extend(1, 3),))
+    assert book.track("r", tokens, plan, 2) is plan
+    assert (book["r"].queued_ts, book["r"].fallback, book["r"].read_until, book["r"].match_cap) == (
+        first.queued_ts, "plan: boom", 1, 2)
+    book.note_fallback("gone", "ignored")
+    assert sorted(book) == ["r"]
+
+
+def test_book_refuses_a_plan_that_does_not_tile_the_prompt():
+    book = RequestBook()
+    with pytest.raises(ValueError, match="steps end at 2, prompt has 3"):
+        book.track("r", (1, 2, 3), Plan("r", 0, (Extend(0, 2),)), None)
+    assert book == {}
+
+
+@pytest.mark.parametrize(
+    "return_logprob, start, prompt_tokens, expected",
+    [
+        pytest.param(True, 10, 100, 10, id="capped"),
+        pytest.param(True, -1, 100, None, id="no-prompt-logprobs"),
+        pytest.param(False, 10, 100, None, id="no-logprobs"),
+        pytest.param(True, 99, 100, None, id="at-the-usual-limit"),
+        pytest.param(True, 98, 100, 98, id="just-below-the-usual-limit"),
+        pytest.param(True, None, 100, None, id="unset"),
+    ],
+)
+def test_prefix_match_cap(return_logprob, start, prompt_tokens, expected):
+    assert prefix_match_cap(return_logprob, start, prompt_tokens) == expected
+
+
+@pytest.mark.parametrize(
+    "reason, expected",
+    [
+        pytest.param(None, None, id="unfinished"),
+        pytest.param(SimpleNamespace(to_json=lambda: {"type": "length", "length": 3}), "length", id="typed"),
+        pytest.param(SimpleNamespace(to_json=lambda: {"matched": 2}), "SimpleNamespace", id="untyped-json"),
+        pytest.param("stop", "str", id="no-to_json"),
+    ],
+)
+def test_finish_type(reason, expected):
+    assert finish_type(reason) == expected
+
+
+def test_event_fields_of_a_tracked_request():
+    request = tracked()
+    request.snapshots.append([128, "periodic"])
+    request.fallback, request.forwards_off_plan, request.match_cap = "plan: boom", 1, 5
+    assert event_fields(request, 7) == dict(plan_resume=0, queued_ts=1.0, snapshots=[[128, "periodic"]],
+                                            forwards_off_plan=1, fallback="plan: boom", match_cap=5)
+    request.plan = None
+    assert event_fields(request, 7)["plan_resume"] is None
+
+
+def test_event_fields_of_an_untracked_request():
+    fields = event_fields(None, 7)
+    assert fields.pop("queued_ts") > 0
+    assert fields == dict(plan_resume=None, snapshots=[], forwards_off_plan=0, fallback=None, match_cap=7)
