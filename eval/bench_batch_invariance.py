@@ -13,7 +13,6 @@ noisy; the ratio is what to read. Loopback only.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
@@ -53,17 +52,25 @@ def measure(server: ServerProcess, batch: int, tokens: int, repeats: int, seed: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m eval.bench_batch_invariance", description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=Path, default=None, help="model dir (default: the tiny model)")
-    parser.add_argument("--batches", default="1,2,4", help="comma-separated batch sizes (default: 1,2,4)")
-    parser.add_argument("--tokens", type=int, default=64, help="decode tokens per request (default: 64)")
-    parser.add_argument("--repeats", type=int, default=3, help="rounds per point; the median is kept (default: 3)")
-    parser.add_argument("--out", type=Path, default=ROOT / ".artifacts" / "bench_batch_invariance")
+    from eval.cli_types import Parser, existing_dir, int_at_least
+
+    parser = Parser(prog="python -m eval.bench_batch_invariance", description=" ".join(
+        (__doc__.split("\n\n")[0] + "\n" + __doc__.split("\n\n")[2]).split()))
+    parser.add_argument("--model", type=existing_dir, default=None, metavar="DIR",
+                        help="model directory (default: the tiny model, built once under .artifacts)")
+    parser.add_argument("--batches", default="1,2,4", metavar="LIST", help="comma-separated batch sizes")
+    parser.add_argument("--tokens", type=int_at_least(1), default=64, metavar="N", help="decode tokens per request")
+    parser.add_argument("--repeats", type=int_at_least(1), default=3, metavar="K",
+                        help="rounds per point; the median is kept")
+    parser.add_argument("--out", type=Path, default=ROOT / ".artifacts" / "bench_batch_invariance", metavar="DIR",
+                        help="output directory (the server logs)")
     args = parser.parse_args(argv)
     try:
         batches = [int(b) for b in args.batches.split(",")]
     except ValueError:
         parser.error(f"--batches: expected integers, got {args.batches!r}")
+    if min(batches) < 1:
+        parser.error(f"--batches {args.batches!r}: batch sizes must be >= 1")
     model = args.model or cached_build(ROOT / ".artifacts")
     args.out.mkdir(parents=True, exist_ok=True)
     results: dict[str, dict[int, float]] = {}

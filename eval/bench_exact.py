@@ -7,7 +7,7 @@ on the same machine:
 1. **Cold-read cost**: the same prompt read cold (``/flush_cache`` first) by stock SGLang
    chunking (``--cache-policy radix``, SGLang's default chunk size) and by the exact cache's
    B-token pieces. Prints the median times and their ratio, measured in this run.
-2. **Edit cost** (the shape of ``exact_cache_spec.md`` §3.5): time to the first token and
+2. **Edit cost** (the shape of ``docs/exact.md`` §3.5): time to the first token and
    tokens read for: a cold read, the same text again, an edit in the last piece, at 90 %, 50 %
    and 10 %, and the last edit sent again. Each edit starts from a cache holding the original
    text only. Rows are medians over ``--repeats`` runs.
@@ -19,7 +19,6 @@ and the deterministic flags given in the README (pass them after ``--``).
 
 from __future__ import annotations
 
-import argparse
 import random
 import statistics
 import sys
@@ -82,14 +81,25 @@ def edit_cost_rows(server: ServerProcess, prompt: list[int], piece: int, repeats
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m eval.bench_exact", description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=Path, default=None, help="model dir (default: the tiny model)")
-    parser.add_argument("--context", type=int, default=7680)
-    parser.add_argument("--piece", type=int, default=832)
-    parser.add_argument("--retain", type=int, default=3328)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=ROOT / ".artifacts" / "bench-exact")
-    parser.add_argument("server_args", nargs="*", help="extra SGLang flags for both servers (after --)")
+    from eval.cli_types import Parser, int_at_least
+
+    parser = Parser(prog="python -m eval.bench_exact", description=(
+        "Benchmark of the exact cache on two servers, one after the other: the cold-read cost of fixed B-token "
+        "pieces against stock SGLang chunking, and what an edit costs (time to the first token, tokens read) "
+        "for edits at several depths of the prompt. Wall-clock on a shared machine: compare ratios inside one "
+        "run, not across runs. Details: eval/bench_exact.py."))
+    parser.add_argument("--model", type=Path, default=None, metavar="DIR",
+                        help="model directory or name (default: the tiny model, built once under .artifacts)")
+    parser.add_argument("--context", type=int_at_least(1), default=7680, metavar="N", help="prompt tokens")
+    parser.add_argument("--piece", type=int_at_least(1), default=832, metavar="B", help="exact's piece size B")
+    parser.add_argument("--retain", type=int_at_least(1), default=3328, metavar="R",
+                        help="exact's retained-state interval R")
+    parser.add_argument("--repeats", type=int_at_least(1), default=3, metavar="K",
+                        help="runs per measurement; the median is printed")
+    parser.add_argument("--out", type=Path, default=ROOT / ".artifacts" / "bench-exact", metavar="DIR",
+                        help="output directory (the two server logs)")
+    parser.add_argument("server_args", nargs="*", metavar="SGLANG_FLAG",
+                        help="extra SGLang flags for both servers, after --")
     args = parser.parse_args(argv)
     model = args.model or cached_build(ROOT / ".artifacts")
     rng = random.Random(0)

@@ -29,7 +29,6 @@ sequences, not the real model. PFLOPs use Qwen3.6-27B's geometry on the trace's 
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -203,26 +202,34 @@ def bench(trace_path: Path, out: Path, policies: list[str], concurrency: int, mo
     return summary
 
 
+DESCRIPTION = (
+    "The three cache policies on the same agent trace, side by side. Per policy, one server after the "
+    "other: serve the long-context tiny model, replay the trace with forced decoding (eval.replay), ingest "
+    "its events with every check (eval.report ingest); then compare (eval.report compare) and add the shares "
+    "over the trace's edited calls, PFLOPs per question and the wall-time ratio. The tiny model is random: the "
+    "numbers measure the cache machinery, not the real model; PFLOPs use Qwen3.6-27B's geometry. Details: "
+    "eval/bench_policies.py.")
+
+
 def main(argv: list[str] | None = None) -> int:
-    from eval.cli_types import int_at_least
+    from eval.cli_types import Parser, existing_dir, existing_file, int_at_least, name_list
     from eval.tiny_model import cached_build
 
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[1])
-    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench", help="output folder (default runs/bench)")
-    parser.add_argument("--trace", type=Path, default=None,
+    parser = Parser(prog=PROG, description=DESCRIPTION + "\n\nExit status: 0 every check passed, "
+                    "1 a check failed (or exact's reuse differed from its prediction), 2 a usage error.")
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench", metavar="DIR", help="output folder")
+    parser.add_argument("--trace", type=existing_file, default=None, metavar="FILE",
                         help="trace to replay (default: generate the BCP-shaped set with eval.traces synth)")
-    parser.add_argument("--questions", type=int_at_least(1), default=DEFAULT_QUESTIONS,
-                        help=f"questions of the generated set (default {DEFAULT_QUESTIONS})")
-    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="seed of the generated set (default 0)")
-    parser.add_argument("--policies", default=",".join(POLICIES), help="comma-separated (default radix,exact,scr)")
-    parser.add_argument("--concurrency", type=int_at_least(1), default=4, help="conversations in flight (default 4)")
-    parser.add_argument("--model", type=Path, default=None, help="model dir (default: the long-context tiny model)")
+    parser.add_argument("--questions", type=int_at_least(1), default=DEFAULT_QUESTIONS, metavar="N",
+                        help="questions of the generated set")
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, metavar="S", help="seed of the generated set")
+    parser.add_argument("--policies", type=name_list(POLICIES), default=",".join(POLICIES), metavar="LIST",
+                        help="comma-separated policies")
+    parser.add_argument("--concurrency", type=int_at_least(1), default=4, metavar="N", help="conversations in flight")
+    parser.add_argument("--model", type=existing_dir, default=None, metavar="DIR",
+                        help="model directory (default: the long-context tiny model, built once under .artifacts)")
     args = parser.parse_args(argv)
-    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-    if not policies or any(p not in POLICIES for p in policies):
-        parser.error(f"--policies {args.policies!r}: choose from {', '.join(POLICIES)}")
-    if args.trace is not None and not args.trace.is_file():
-        parser.error(f"--trace {args.trace}: no such file")
+    policies = args.policies
     args.out.mkdir(parents=True, exist_ok=True)
     trace = args.trace
     if trace is None:

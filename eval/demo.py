@@ -1,7 +1,7 @@
 """The demo: a short multi-turn conversation with an edit in the middle, served by the patched
 server on the tiny model under each cache policy, and what the prefix cache did side by side.
 
-``python -m eval.demo [--policy radix --policy exact --policy scr] [--out DIR]`` (``scripts/demo.sh``
+``python -m eval.demo [--policies radix,exact,scr] [--out DIR] [--model DIR]`` (``scripts/demo.sh``
 runs it after set-up; every policy in ``POLICIES`` by default, one server after the other).
 The conversation is agent-like: a long first message with several sections, a turn that only
 appends, a turn where the agent deletes a section from the middle of its context, and a final
@@ -25,6 +25,7 @@ from pathlib import Path
 
 from eval import report, workload
 from eval.accounting import compare
+from eval.cli_types import Parser, existing_dir, name_list
 from eval.server import ServerProcess, wait_for_events
 from eval.tiny_model import cached_build
 from policy import registry
@@ -192,13 +193,18 @@ def run_demo_fidelity(url: str, out_dir: Path, events: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m eval.demo", description=__doc__.splitlines()[0])
-    parser.add_argument("--policy", action="append", choices=POLICIES,
-                        help=f"policy to run (repeatable; default: {', '.join(POLICIES)})")
-    parser.add_argument("--out", type=Path, default=ROOT / ".artifacts" / "demo")
-    parser.add_argument("--model", type=Path, default=None, help="model dir (default: build the tiny model)")
+    parser = Parser(prog="python -m eval.demo", description=" ".join(__doc__.split("\n\n")[0].split()) +
+                    "\n\nExit status: 0 every check passed, 1 a check failed, 2 a usage error (or a policy the "
+                    "registry does not know).")
+    parser.add_argument("--policies", type=name_list(POLICIES), default=None, metavar="LIST",
+                        help=f"comma-separated policies to run, in order (default: {','.join(POLICIES)})")
+    parser.add_argument("--policy", action="append", choices=POLICIES, help=argparse.SUPPRESS)  # older spelling
+    parser.add_argument("--out", type=Path, default=ROOT / ".artifacts" / "demo", metavar="DIR",
+                        help="output directory")
+    parser.add_argument("--model", type=existing_dir, default=None, metavar="DIR",
+                        help="model directory (default: build the tiny model, once, under .artifacts)")
     args = parser.parse_args(argv)
-    policies = list(args.policy or POLICIES)
+    policies = list(args.policies or args.policy or POLICIES)
     problems = [reason for reason in map(unavailable, policies) if reason]
     if problems:
         # A side-by-side table missing a column would be read as complete: refuse instead.
@@ -226,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         for failure in result["failures"]:
             print(f"[demo] CHECK FAILED [{policy}] {failure}", file=sys.stderr)
             failed = True
-    return 2 if failed else 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ Reads a server log (SGLang ``Finish:`` lines and SCR's splice/trace lines, see
 (one row per request, ``CSV_FIELDS``) and ``DIR/summary.json``, and runs the checks. With both
 ``--log`` and ``--events`` the rows come from the log and are checked against the events (X1);
 with ``--client`` every client request must join exactly one server row (C1). Any failed check
-is printed and the command exits with status 2: the run is not reportable. PFLOPs use Qwen3.6-27B
+is printed and the command exits with status 1: the run is not reportable. PFLOPs use Qwen3.6-27B
 (N_body = 24,353,201,664; 393,216 FLOPs per query-key pair) unless ``--model-config`` names
 another model's config.json.
 
@@ -17,12 +17,13 @@ another model's config.json.
 
 Reads ingested run directories and writes ``DIR/table.md``, ``DIR/table.csv``, ``DIR/table.json``
 and the plots ``DIR/provenance_stack.png`` and ``DIR/read_cdf.png``
-(``eval/accounting/compare.py``); exits 2 when a run's checks failed.
+(``eval/accounting/compare.py``); exits 1 when a run's checks failed.
+
+Both exit 2 on a usage error (a flag, a missing or unreadable input).
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
 import dataclasses
 import json
@@ -31,6 +32,7 @@ from pathlib import Path
 
 from eval.accounting import server_log
 from eval.accounting.flops import QWEN36_27B, flops_per_pair, geometry_from_config, n_body
+from eval.cli_types import Parser, existing_file, int_at_least, run_spec
 from eval.accounting.provenance import check, check_against_events, check_client, rows_from_events, summary
 from policy.events import read_events
 
@@ -88,30 +90,15 @@ def _str(path: Path | None) -> str | None:
     return None if path is None else str(path)
 
 
-def _run_arg(text: str) -> tuple[str, Path]:
-    name, sep, path = text.partition("=")
-    if not sep or not name or not path:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected NAME=DIR")
-    return name, Path(path)
+PROG = "python -m eval.report"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m eval.report", description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    ingest_parser = commands.add_parser("ingest", help="server log or events file -> requests.csv + summary.json")
-    ingest_parser.add_argument("--log", type=Path, default=None, help="server log (SGLang Finish lines, SCR lines)")
-    ingest_parser.add_argument("--events", type=Path, default=None, help="--cache-events file")
-    ingest_parser.add_argument("--client", type=Path, default=None, help="eval.workload's client.jsonl (check C1)")
-    ingest_parser.add_argument("--out", type=Path, required=True)
-    ingest_parser.add_argument("--model-config", type=Path, default=None)
-    ingest_parser.add_argument("--policy", default=None, help="policy name (default: from the log or the events)")
-    ingest_parser.add_argument("--max-blocks", type=int, default=None, help="K when the log has no SCR banner")
-    ingest_parser.add_argument("--moved-counted-once", action="store_true",
-                               help="the server's cached_tokens counts relocated rows once, not twice")
-    compare_parser = commands.add_parser("compare", help="ingested runs -> side-by-side table and plots")
-    compare_parser.add_argument("--run", type=_run_arg, action="append", required=True, metavar="NAME=DIR")
-    compare_parser.add_argument("--out", type=Path, required=True)
-    compare_parser.add_argument("--baseline", default=None, help="run the ratios are to (default: radix, else the first)")
+    parser = Parser(prog=PROG, description=__doc__.splitlines()[0] + "\n\nExit status: 0 done, 1 a check failed, "
+                    "2 a usage error (flags, missing or unreadable input).")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{ingest,compare}")
+    _add_ingest(commands)
+    _add_compare(commands)
     args = parser.parse_args(argv)
     if args.command == "compare":
         return _compare(args)
@@ -122,12 +109,46 @@ def main(argv: list[str] | None = None) -> int:
                                 policy=args.policy, max_blocks=args.max_blocks,
                                 moved_count_in_cached=1 if args.moved_counted_once else 2)
     except (OSError, ValueError, KeyError) as exc:
-        print(f"python -m eval.report: error: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     print(f"{len(rows)} requests -> {args.out / 'requests.csv'}, {args.out / 'summary.json'}")
     for failure in failures:
         print(f"CHECK FAILED {failure}", file=sys.stderr)
-    return 2 if failures else 0
+    return 1 if failures else 0
+
+
+def _add_ingest(commands) -> None:
+    parser = commands.add_parser(
+        "ingest", help="server log or events file -> requests.csv + summary.json, checked",
+        description="Read a server log and/or a --cache-events file, write DIR/requests.csv and DIR/summary.json, "
+                    "and run the checks (exit 1 when one fails). Give --log, --events, or both (then the rows "
+                    "come from the log and are checked against the events).")
+    parser.add_argument("--log", type=existing_file, default=None, metavar="FILE",
+                        help="server log (SGLang Finish lines and SCR's splice/trace lines)")
+    parser.add_argument("--events", type=existing_file, default=None, metavar="FILE", help="the server's --cache-events file")
+    parser.add_argument("--client", type=existing_file, default=None, metavar="FILE",
+                        help="client.jsonl (eval.workload, eval.replay): every client request must join one row (C1)")
+    parser.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory (requests.csv, summary.json)")
+    parser.add_argument("--model-config", type=existing_file, default=None, metavar="FILE",
+                        help="the model's config.json for N_body and FLOPs per query-key pair "
+                             "(default: Qwen3.6-27B's numbers)")
+    parser.add_argument("--policy", default=None, metavar="NAME", help="policy name for the rows (default: from the log or the events)")
+    parser.add_argument("--max-blocks", type=int_at_least(1), default=None, metavar="K",
+                        help="SCR's K (blocks per request) when the log has no SCR banner (default: from the banner)")
+    parser.add_argument("--moved-counted-once", action="store_true",
+                        help="the server's cached_tokens counts relocated rows once, not twice")
+
+
+def _add_compare(commands) -> None:
+    parser = commands.add_parser(
+        "compare", help="ingested runs -> side-by-side table and plots",
+        description="Read directories written by 'ingest' and write DIR/table.md, table.csv, table.json, "
+                    "provenance_stack.png and read_cdf.png (exit 1 when a run's checks failed).")
+    parser.add_argument("--run", type=run_spec, action="append", required=True, metavar="NAME=DIR",
+                        help="an ingested run and its name in the table; repeat for each run")
+    parser.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
+    parser.add_argument("--baseline", default=None, metavar="NAME",
+                        help="the run the ratios are to (default: the run named radix, else the first)")
 
 
 def _compare(args) -> int:
@@ -135,19 +156,23 @@ def _compare(args) -> int:
 
     names = [name for name, _ in args.run]
     if len(set(names)) != len(names):
-        print(f"python -m eval.report: error: run names repeat: {names}", file=sys.stderr)
+        print(f"{PROG}: error: run names repeat: {names}", file=sys.stderr)
+        return 2
+    missing = [f"{name}={path}" for name, path in args.run if not path.is_dir()]
+    if missing:
+        print(f"{PROG}: error: --run {', '.join(missing)}: no such directory", file=sys.stderr)
         return 2
     try:
         result = compare.compare(dict(args.run), args.out, baseline=args.baseline)
     except (OSError, ValueError, KeyError) as exc:
-        print(f"python -m eval.report: error: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     print(result["markdown"])
     print(f"-> {', '.join(str(p) for p in result['files'])}")
     for name, failures in result["checks_failed"].items():
         for failure in failures:
             print(f"CHECK FAILED [{name}] {failure}", file=sys.stderr)
-    return 2 if any(result["checks_failed"].values()) else 0
+    return 1 if any(result["checks_failed"].values()) else 0
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Start, talk to and stop a local SGLang server (ours or stock) as a child process.
 
-Used by the demo, the engine tests and the workload runs. Standard library only; it never
-imports SGLang (the server runs in its own processes).
+Used by the demo, the engine tests and the workload runs. It never imports SGLang (the server
+runs in its own processes); HTTP goes through ``eval.http``.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from eval import http
 
 READY_LINE = "The server is fired up and ready to roll!"
 # Lines that mean the server broke an invariant or crashed, whatever it answered.
@@ -40,6 +40,7 @@ class ServerProcess:
     port: int = field(default_factory=free_port)
     env: dict[str, str] = field(default_factory=dict)
     startup_timeout: float = 240.0
+    graceful_stop: bool = True
     process: subprocess.Popen | None = None
 
     @property
@@ -84,19 +85,18 @@ class ServerProcess:
         return [line for line in self.log_text().splitlines() if any(m in line for m in FATAL_MARKERS)]
 
     def post(self, path: str, payload: dict, timeout: float = 300.0) -> dict:
-        return post_json(self.url + path, payload, timeout)
+        return http.post_json(self.url + path, payload, timeout)
 
     def flush_cache(self, attempts: int = 100) -> None:
         """``/flush_cache``; SGLang refuses (400) while the last request is still leaving the scheduler."""
-        request = urllib.request.Request(self.url + "/flush_cache", method="POST")
         for _ in range(attempts):
-            try:
-                with urllib.request.urlopen(request, timeout=60) as response:
-                    if response.read().decode().startswith("Cache flushed"):
-                        return
-            except urllib.error.HTTPError as exc:
-                if exc.code != 400:
-                    raise
+            answer = http.post(self.url + "/flush_cache", b"", timeout=60)
+            if answer.status is None:
+                raise http.NoResponse(f"POST /flush_cache: {answer.error}")
+            if answer.ok and str(answer.body).startswith("Cache flushed"):
+                return
+            if not answer.ok and answer.status != 400:
+                raise http.HttpError("POST", self.url + "/flush_cache", answer.status, answer.error or "")
             time.sleep(0.1)
         raise RuntimeError(f"/flush_cache refused {attempts} times")
 
@@ -117,10 +117,14 @@ class ServerProcess:
         return self.post("/v1/chat/completions", payload)
 
     def stop(self) -> None:
-        """SIGTERM to the launcher (SGLang shuts its children down), then clear the process group."""
+        """SIGTERM to the launcher (SGLang shuts its children down), then clear the process group.
+
+        With ``graceful_stop=False`` the group is killed at once: the files a server writes
+        (events, trace) are appended line by line, so nothing is lost, and a test server saves
+        the ~7 s SGLang's own shutdown takes on CPU."""
         if self.process is None:
             return
-        if self.process.poll() is None:
+        if self.graceful_stop and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
                 self.process.wait(timeout=30)
@@ -139,16 +143,6 @@ class ServerProcess:
         self.stop()
 
 
-def post_json(url: str, payload: dict, timeout: float = 300.0) -> dict:
-    """POST ``payload`` as JSON and return the JSON answer; an HTTP error raises with its body."""
-    request = urllib.request.Request(url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        raise RuntimeError(f"POST {url} -> {exc.code}: {exc.read().decode(errors='replace')}") from None
-
-
 def wait_for_events(path: Path, rids, timeout: float = 15.0) -> dict[str, dict]:
     """Events (``--cache-events`` lines, as dicts) by rid, once all of ``rids`` are there.
 
@@ -163,7 +157,8 @@ def wait_for_events(path: Path, rids, timeout: float = 15.0) -> dict[str, dict]:
             for line in path.read_text().splitlines():
                 if line.strip():
                     event = json.loads(line)
-                    events[event["rid"]] = event
+                    if "rid" in event:  # not a start-up record
+                        events[event["rid"]] = event
         if all(rid in events for rid in rids) or time.monotonic() > deadline:
             return events
         time.sleep(0.2)

@@ -15,7 +15,7 @@ What is written to OUT_DIR: ``config.json``, ``generation_config.json``, ``model
 
 Why each choice was made
 ------------------------
-Architecture (see /work/shared/docs/model_spec.md §1, §6.1).
+Architecture (see docs/model.md §1, §6.1).
     Every structural feature of Qwen3.6-27B is kept, only smaller: 8 layers ``l,l,l,f,l,l,l,f`` (three
     Gated-DeltaNet layers, then one gated full-attention layer, as in the real 3:1 pattern), so there are two
     full-attention layers and two groups of GDN layers; GQA (4 query heads, 2 KV heads); gated attention
@@ -36,7 +36,7 @@ Variants (``--max-positions N``, ``--vocab-size N``; the defaults give exactly t
     Qwen3.5/3.6) can be replayed from a recorded trace; the extra rows are drawn like the others.
     The tokenizer itself is unchanged (the model's ids beyond 480 decode to nothing).
 
-Checkpoint form (/work/shared/docs/sglang516_cpu.md B1).
+Checkpoint form (docs/cpu.md §4 B1).
     SGLang 0.5.16 registers only ``Qwen3_5ForConditionalGeneration`` for Qwen3.5 (its ``Qwen3_5ForCausalLM``
     is a backbone without ``lm_head``), so the model is saved in that form, like the real checkpoints:
     ``model_type`` ``qwen3_5``, a ``text_config`` and a minimal ``vision_config`` (1 block, width 32,
@@ -48,7 +48,7 @@ Checkpoint form (/work/shared/docs/sglang516_cpu.md B1).
     and maps the vision tower ``model.visual.*`` to ``visual.*`` (``attn.qkv`` -> ``attn.qkv_proj``).
     Serve it text-only (``enable_multimodal=False``): there is no image processor config.
 
-config.json edits (read by SGLang, ignored by transformers; /work/shared/docs/sglang_cpu.md §2).
+config.json edits (read by SGLang, ignored by transformers; docs/cpu.md §2).
     ``text_config.full_attention_interval = 4``: SGLang derives the layer pattern from it and ignores
     ``layer_types``; without it SGLang 0.5.16 fails with ``AttributeError: 'Qwen3_5TextConfig' object has no
     attribute 'full_attention_interval'`` (checked). ``rope_theta = 1e7`` in ``text_config`` and at top
@@ -67,7 +67,7 @@ Weights.
     ``A_log = log U(0, 16)``) is too weak for cache/state tests: the residual stream is almost the current
     token's embedding, so greedy decoding quickly falls into a short loop and the output hardly depends on
     earlier tokens; the GDN state decays within a few tokens, so chunk-boundary or state-restore bugs could
-    hide (model_spec.md §6.1). So every parameter is redrawn:
+    hide (docs/model.md §6.1). So every parameter is redrawn:
     * matrices and conv kernels: N(0, 1/fan_in), so every sub-layer really mixes the context; the three
       matrices that write into the residual stream (``o_proj``, ``out_proj``, ``down_proj``) get the
       GPT-2-style extra factor 1/sqrt(2 * layers) = 0.25. With gain 1 there instead, the model is chaotic:
@@ -90,7 +90,7 @@ Weights.
     ``generation_config.json`` has only eos ``[<|im_end|>, <|endoftext|>]`` and pad, no sampling defaults
     (SGLang would otherwise apply them to requests that do not set temperature).
 
-Tokenizer (model_spec.md §6.3).
+Tokenizer (docs/model.md §6.3).
     Byte-level BPE trained with ``tokenizers`` on a fixed, sorted list of 40 Python stdlib sources (picked
     by name relative to ``sysconfig.get_paths()["stdlib"]``, read as UTF-8, fed in that order), with the
     real Qwen pipeline: NFC normalizer, the Qwen ``Split`` regex (isolated) followed by
@@ -105,7 +105,7 @@ Tokenizer (model_spec.md §6.3).
     corpus is the running Python's stdlib, so another Python version gives a different (still
     deterministic) tokenizer; the corpus sha256 is printed by ``main``.
 
-Chat template (model_spec.md §6.4): ``eval/tiny_chat_template.jinja``, written from the Qwen3.6 rules
+Chat template (docs/model.md §6.4): ``eval/tiny_chat_template.jinja``, written from the Qwen3.6 rules
     (reasoning of assistant turns at or before the last real user query is dropped unless
     ``preserve_thinking``; tool calls in the XML form; tool results in a ``user`` turn). It is copied
     verbatim into the tokenizer so that it can be reviewed as its own file.
@@ -143,7 +143,7 @@ CORPUS_FILES = (
     "textwrap.py", "tokenize.py", "types.py", "warnings.py", "weakref.py", "zipapp.py",
 )
 
-# The Qwen3.5 pre-tokenizer regex (model_spec.md §6.3).
+# The Qwen3.5 pre-tokenizer regex (docs/model.md §6.3).
 PRETOKENIZE_REGEX = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}"
     r"| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"

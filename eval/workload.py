@@ -1,6 +1,6 @@
 """A scripted, agent-like editing workload for any OpenAI-compatible server.
 
-``python -m eval.workload --server URL --out DIR [--conversations N] [--max-tokens M] [--run NAME]
+``python -m eval.workload --server URL --out DIR [--conversations N] [--max-tokens M] [--run-id NAME]
 [--server-trace FILE]``
 
 Each conversation is a small agent loop over a task: tool outputs are appended, the assistant's
@@ -19,7 +19,6 @@ Other scripted conversations go through the same driver: ``run(..., script=Scrip
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import sys
@@ -128,22 +127,33 @@ def write_run_trace(records: list[dict], server_trace: Path, out: Path, timeout:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m eval.workload", description=__doc__.splitlines()[0])
-    parser.add_argument("--server", required=True, help="base URL, e.g. http://127.0.0.1:30000")
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--conversations", type=int, default=3)
-    parser.add_argument("--max-tokens", type=int, default=16)
-    parser.add_argument("--run", default="w", help="rid prefix for this run")
-    parser.add_argument("--server-trace", type=Path, default=None,
-                        help="the server's --cache-trace file: write the run as a trace to OUT/trace.jsonl")
-    args = parser.parse_args(argv)
-    from eval.server import post_json
+    from eval.cli_types import Parser, int_at_least
 
-    records = run(lambda path, payload: post_json(args.server + path, payload), args.out,
-                  conversations=args.conversations, max_tokens=args.max_tokens, run_name=args.run)
+    parser = Parser(prog="python -m eval.workload", description=__doc__.split("\n\n")[0].splitlines()[0])
+    parser.add_argument("--server", required=True, metavar="URL", help="base URL, e.g. http://127.0.0.1:30000")
+    parser.add_argument("--out", type=Path, required=True, metavar="DIR",
+                        help="output directory (client.jsonl, trace.jsonl)")
+    parser.add_argument("--conversations", type=int_at_least(1), default=3, metavar="N", help="conversations to run")
+    parser.add_argument("--max-tokens", type=int_at_least(1), default=16, metavar="M", help="max_tokens per request")
+    parser.add_argument("--run-id", default="w", metavar="NAME", help="rid prefix for this run")
+    parser.add_argument("--server-trace", type=Path, default=None, metavar="FILE",
+                        help="the server's --cache-trace file: write the run as a trace to DIR/trace.jsonl")
+    args = parser.parse_args(argv)
+    from eval import http
+
+    try:
+        records = run(lambda path, payload: http.post_json(args.server + path, payload), args.out,
+                      conversations=args.conversations, max_tokens=args.max_tokens, run_name=args.run_id)
+    except (http.HttpError, http.NoResponse) as exc:
+        print(f"{parser.prog}: server error: {exc}", file=sys.stderr)
+        return 1
     print(f"{len(records)} requests -> {args.out / 'client.jsonl'}")
     if args.server_trace is not None:
-        print(f"trace -> {write_run_trace(records, args.server_trace, args.out)}")
+        try:
+            print(f"trace -> {write_run_trace(records, args.server_trace, args.out)}")
+        except OSError as exc:
+            print(f"{parser.prog}: error: --server-trace {args.server_trace}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
     return 0
 
 

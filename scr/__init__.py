@@ -1,12 +1,13 @@
-"""``scr``: Suffix Cache Reuse, re-implemented from ``shared/docs/scr_spec.md`` (no code copied).
+"""``scr``: Suffix Cache Reuse, re-implemented from ``docs/scr.md`` (no code copied).
 
-Pure decisions, no SGLang and no torch: settings and the authors' ``KVREUSE_*`` variables
-(``config.py``), session matching and LRU (``sessions.py``), the token diff (``diff.py``), the
-K-span relocation plan (``planner.py``), side-slot bookkeeping (``side.py``), the recurrent-state
-gate and fallback rule (``gates.py``), a request's outcome (``intercept.py``), the plan's execution
-as a state machine over prefix lengths (``cursor.py``) and the authors' log lines with their
-parser (``log_lines.py``). The tensor parts live in ``patches/``
-(``rope.py``: key re-rotation with the language model's rotary; ``scr_store.py``: side buffer and
-state shadow) and the SGLang glue that drives ``SpliceCursor`` is ``patches/scr_runtime.py``
-(``--cache-policy scr``, registered in ``policy/registry.py``).
+Pure decisions, no SGLang and no torch: server settings (``settings.py``), the authors'
+``KVREUSE_*`` variables (``kvreuse_env.py``), per-request knobs (``knobs.py``), session matching
+and LRU (``sessions.py``), the token diff (``diff.py``), the block relocation plan
+(``planner.py``), side-slot bookkeeping (``side.py``), the recurrent-state gate (``gates.py``), a
+request's outcome (``intercept.py``), the plan's execution as a state machine over prefix
+lengths (``cursor.py``), the runtime's rules while it executes a plan (``execution.py``), its log
+lines (``lines.py``), the rotary check (``rotary.py``) and the authors' log formats with their
+parser (``authors_log.py``). The tensor parts live in ``patches/scr_tensors.py`` and
+``patches/rope.py``; the SGLang glue is ``patches/scr_runtime.py`` with its hook set
+``patches/scr_hooks.py`` (named in ``policy/registry.py``).
 """

@@ -1,4 +1,4 @@
-"""Executing a relocation plan, as a state machine over prefix lengths (``scr_spec.md`` §7, two-phase "v6").
+"""Executing a relocation plan, as a state machine over prefix lengths (``docs/scr.md`` §7, two-phase "v6").
 
 For block i with relocated rows at new positions ``[stop_i, stop_i + rows_i)``::
 
@@ -8,8 +8,10 @@ For block i with relocated rows at new positions ``[stop_i, stop_i + rows_i)``::
 * phase 1: read up to the block's stop (as SGLang's chunked request, so no token is sampled);
 * phase 2: at exactly ``stop``, splice the block's rows (``Splice``), then continue with the
   next block, or read the rest of the prompt normally.
-The scheduler side reports prefix lengths; the cursor answers with what to do. Pure logic.
+The scheduler side reports prefix lengths; the cursor (and ``phase1_step``) answers with what to
+do. Pure logic; the other rules the executor asks are in ``scr.execution``.
 """
+# Spec: docs/scr.md
 
 from __future__ import annotations
 
@@ -37,6 +39,10 @@ class Splice:
 
 
 class SpliceCursor:
+    """Where one request is in its plan: which block it works towards, and how often it waited.
+
+    Mutated only by its own methods (``decide`` counts retries, ``after_splice`` moves on)."""
+
     def __init__(self, blocks: tuple[Block, ...], lead_new_end: int, splice_retry: int, restore: bool):
         if not blocks:
             raise ValueError("a cursor needs at least one block")
@@ -47,7 +53,6 @@ class SpliceCursor:
         self.retries = 0
         self.index = 0  # 0-based index of the block being worked towards
         self.spliced = 0
-        self.radix_a = False
 
     @property
     def stop(self) -> int:
@@ -64,7 +69,6 @@ class SpliceCursor:
             return Decision("drop", cause)
         if not gate_allows:
             return Decision("gated")
-        self.radix_a = True
         if self.stop - radix_n0 >= 1:
             return Decision("phase1")
         return Decision("direct_splice")
@@ -83,16 +87,46 @@ class SpliceCursor:
         first = self.spliced == 0
         return Splice(block, self.index + 1, arm_restore=first and self.restore)
 
-    def spliced_block(self) -> int | None:
-        """Record the splice of the current block; returns the next stop, or None when the rest is
-        read normally (no further block, or the next block's stop is not ahead: §7.5 step 9)."""
+    def after_splice(self) -> "NextBlock":
+        """Record the splice of the current block and say what follows (§7.5 step 9): the next
+        block's stop, or None when the rest is read normally because there is no further block,
+        or the next block's stop is not ahead ("multiblock DROP": the remaining blocks are
+        abandoned)."""
         block = self.blocks[self.index]
         self.spliced += 1
         prefix = block.new_start + block.num_rows
-        if self.index + 1 >= len(self.blocks):
-            return None
+        remaining = len(self.blocks) - self.index - 1
+        if remaining == 0:
+            return NextBlock(None, None, 0, 0)
         following = self.blocks[self.index + 1]
         if following.new_start <= prefix or following.num_rows <= 0:
-            return None  # "multiblock DROP": the remaining blocks are abandoned
+            return NextBlock(None, following, self.index + 2, remaining)
         self.index += 1
-        return following.new_start
+        return NextBlock(following.new_start, following, self.index + 1, 0)
+
+
+@dataclass(frozen=True)
+class NextBlock:
+    """After a splice: read on to ``stop`` and splice ``block`` (number ``number``, 1-based), or, with
+    ``stop`` None, read the rest normally, ``abandoned`` blocks (from ``block`` on) left unrun."""
+
+    stop: int | None
+    block: Block | None
+    number: int
+    abandoned: int
+
+
+def phase1_step(cursor: SpliceCursor, prefix_len: int, on_waiting_queue: bool) -> tuple[str, object]:
+    """Phase 1 met its request again with ``prefix_len`` tokens in place (§7.4).
+
+    Returns ``("read", None)`` (cut at the stop again), ``("splice", Splice)`` or ``("abort", reason)``.
+    A splice runs only on the chunked path: on the waiting queue SGLang has matched the prefix
+    anew, so a prefix at the stop there is not phase 1's own forward."""
+    step = cursor.at_prefix(prefix_len)
+    if step == "read":
+        return "read", None
+    if step == "abort":
+        return "abort", f"re-entered with prefix {prefix_len} beyond |A|+|B'| {cursor.stop}"
+    if on_waiting_queue:
+        return "abort", f"prefix {prefix_len} reached the stop on the waiting queue"
+    return "splice", step

@@ -1,4 +1,4 @@
-"""Token diff for Suffix Cache Reuse (spec ``docs/scr_spec.md`` §6.1–§6.3, §4.2 step 9).
+"""Token diff for Suffix Cache Reuse (spec ``docs/scr.md`` §6.1–§6.3, §4.2 step 9).
 
 SCR decides what to relocate from a diff of the previous prompt's token ids ("old") against
 the new prompt's token ids ("new").  The planner (``scr.planner``) consumes the opcodes
@@ -49,6 +49,7 @@ Interpretations of the spec (where it is ambiguous, the choice made here):
    (logged before the reject line).  Counters live in a caller-supplied dict, or in the
    module-level :data:`STATS` when none is given.  The short path touches no counter.
 """
+# Spec: docs/scr.md
 
 from __future__ import annotations
 

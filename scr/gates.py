@@ -1,14 +1,15 @@
-"""Recurrent-state decisions of SCR (``scr_spec.md`` §9.3, §9.5): may a plan run, and with which state.
+"""Recurrent-state decisions of SCR (``docs/scr.md`` §9.3, §9.5): may a plan run, and with which state.
 
 The authors' fallback rule after an abort (§9.5) needs no function here: on the two-phase path the
 restore is a copy made inside block 1's splice, so a request that falls back before it keeps its
 own state (which covers A + B'), and blocks >= 2 never restore; the single-phase case that arms a
 restore on fallback is not ported. Pure functions over the facts the scheduler side knows; the tensor copies are in
-``patches/scr_store.py``. Modes: ``fork`` (default: at block 1's splice the request's state is
+``patches/scr_tensors.py``. Modes: ``fork`` (default: at block 1's splice the request's state is
 overwritten by the snapshot taken at the end of the previous turn's prompt), ``strict`` (fork,
 but only when the snapshot covers no more tokens than the surviving rows), ``none`` (never
 restore; the linear layers skip relocated spans).
 """
+# Spec: docs/scr.md
 
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Gate:
+    """May a plan run, and does block 1's splice overwrite the request's recurrent state?"""
+
     allow: bool
-    freeze_n: int = 0  # rows a single-phase materialise may use
     restore: bool = False  # arm the state restore at block 1's splice
     reason: str = ""  # why it declined (or which cap applied)
 
@@ -46,16 +48,16 @@ def ssm_ready(
         reason = "swa_capped"
     if not shadow_ready:
         if not has_mamba:
-            return Gate(True, freeze_n=rows, reason=reason or "ssm_na")
+            return Gate(True, reason=reason or "ssm_na")
         return Gate(False, reason="no_shadow")
     if mode == "none":
-        return Gate(True, freeze_n=rows, reason=reason)
+        return Gate(True, reason=reason)
     if not has_snapshot or ssm_tokens <= 0:
         return Gate(False, reason="no_snapshot")
     if mode == "strict":
         if not 0 < ssm_tokens <= rows:
             return Gate(False, reason="strict_snapshot_longer_than_rows")
-        return Gate(True, freeze_n=ssm_tokens, restore=True, reason=reason)
+        return Gate(True, restore=True, reason=reason)
     if mode == "fork":
-        return Gate(True, freeze_n=rows, restore=True, reason=reason)
+        return Gate(True, restore=True, reason=reason)
     raise ValueError(f"unknown ssm mode {mode!r}")

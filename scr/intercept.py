@@ -1,4 +1,4 @@
-"""What SCR decides for a request when it enters the scheduler (``scr_spec.md`` §4.2, §6).
+"""What SCR decides for a request when it enters the scheduler (``docs/scr.md`` §4.2, §6).
 
 ``intercept`` admits the request to its session, diffs the previous prompt against the new one
 and plans the relocated blocks. The outcome is data (``Intercept``); the scheduler side executes
@@ -12,16 +12,18 @@ and plans the relocated blocks. The outcome is data (``Intercept``); the schedul
 | ``no_plan``   | no block of min_tail + min_extend tokens after the leading run | §6.5, §7.2 s5 |
 | ``plan``      | up to max_blocks blocks to relocate                            | §6.5          |
 """
+# Spec: docs/scr.md
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Sequence
 
-from scr.config import RequestKnobs, ScrConfig
+from scr.knobs import RequestKnobs
 from scr.diff import diff_opcodes, edit_counts, is_passthrough
 from scr.planner import Block, plan_blocks
 from scr.sessions import Admission, SessionTable
+from scr.settings import ScrConfig
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""K-block relocation plan for Suffix Cache Reuse (spec ``docs/scr_spec.md`` §6.5, default path).
+"""K-block relocation plan for Suffix Cache Reuse (spec ``docs/scr.md`` §6.5, default path).
 
 Given the previous prompt ("old") and the new prompt ("new"), SCR serves the leading equal
 run from the radix cache and, for up to K of the largest unchanged blocks after it, copies
@@ -48,6 +48,7 @@ Standard library only.  Interpretations (where the spec leaves room):
 5. ``min_tail`` and ``min_extend`` are used exactly as the spec writes them (no clamping of
    ``min_tail``); ``max_blocks`` and ``min_extend`` are clamped to >= 1.
 """
+# Spec: docs/scr.md
 
 from __future__ import annotations
 
@@ -134,10 +135,24 @@ def plan_blocks(
     if side_ids is not None and side_len is None:
         side_len = len(side_ids)
     kext = max(1, min_extend)
-    maxb = max(1, max_blocks)
     cands = candidate_ops(ops, lead, side_len=side_len, len_positions=len(old), min_tail=min_tail)
     cands.sort(key=lambda c: (c[1][2] - c[1][1], c[0], c[1][1], c[1][2], c[1][3], c[1][4]),
                reverse=True)
+    accepted = accept_blocks(cands, old, new, kext=kext, min_tail=min_tail, max_blocks=max(1, max_blocks),
+                             side_ids=side_ids)
+    return lead, schedule_blocks(accepted, kext=kext, mb_min_gap=mb_min_gap)
+
+
+def accept_blocks(
+    cands: Sequence[tuple[int, Opcode]], old: Sequence[int], new: Sequence[int], *,
+    kext: int, min_tail: int, max_blocks: int, side_ids: Sequence[int] | None,
+) -> list[Block]:
+    """§6.5 step 3: walk the sorted candidates, accept up to ``max_blocks``, largest first.
+
+    A block relocates ``[cj1, cj2 - kext)`` from old rows ``[ci1, ci2 - kext)``; it needs
+    ``min_tail`` rows after the forwarded ``kext``. With ``side_ids``, the stored ids must be
+    the old and the new ids of those rows (alignment check); a misaligned one is skipped.
+    """
     accepted: list[Block] = []
     for _k, (_tag, ci1, ci2, cj1, cj2) in cands:
         n_c = ci2 - ci1
@@ -150,11 +165,21 @@ def plan_blocks(
             if stored != list(old[ci1:ci2 - kext]) or stored != list(new[cj1:cj2 - kext]):
                 continue
         accepted.append(Block(ci1, cj1, n_c - kext, n_c, cj2))
-        if len(accepted) >= maxb:
+        if len(accepted) >= max_blocks:
             break
+    return accepted
+
+
+def schedule_blocks(accepted: Sequence[Block], *, kext: int, mb_min_gap: int) -> list[Block]:
+    """§6.5 step 4: the accepted blocks (largest first) in new-start order, gap-filtered.
+
+    With ``mb_min_gap > 0`` a block starting closer than that to the end of the previous kept
+    block's relocated part is dropped. If one block is left, the plan is the *largest* accepted
+    block, even if the gap filter dropped it (the spec's quirk: "tail" is only overwritten when
+    more than one block remains).
+    """
     if len(accepted) <= 1:
-        return lead, accepted
-    largest = accepted[0]
+        return list(accepted)
     ordered = sorted(accepted, key=lambda b: b.new_start)
     if mb_min_gap > 0:
         kept = [ordered[0]]
@@ -162,11 +187,7 @@ def plan_blocks(
             if b.new_start - (kept[-1].new_end - kext) >= mb_min_gap:
                 kept.append(b)
         ordered = kept
-    if len(ordered) == 1:
-        # §6.5 step 4 quirk: "tail" is only overwritten when more than one block remains,
-        # so it stays the largest accepted block, even if the gap filter dropped it.
-        return lead, [largest]
-    return lead, ordered
+    return [accepted[0]] if len(ordered) == 1 else ordered
 
 
 def plan_spans(

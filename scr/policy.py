@@ -2,23 +2,40 @@
 
 SCR decides in two places the common seam does not cover: when a request enters the queue
 (session match, diff, block plan: ``admit``) and while the request is read (the two-phase splice,
-driven by ``scr.cursor.SpliceCursor`` from ``patches/scr_runtime.py``). ``plan`` is the seam's
-view of a request: resume where SGLang's prefix tree resumes, read the rest; relocation happens
-inside that read. Pure Python: no SGLang, no torch.
+driven by ``scr.cursor.SpliceCursor`` from ``patches/scr_runtime.py``, with the rules of
+``scr.execution``). ``plan`` is the seam's view of a request: resume where SGLang's prefix tree
+resumes, read the rest; relocation happens inside that read. The runtime reads and changes the
+session table only through the methods below (never ``policy.sessions`` directly), so every
+change to a session is one of these calls. Pure Python: no SGLang, no torch.
 """
+# Spec: docs/scr.md
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import ClassVar, Mapping, Sequence
 
-from policy.api import Arrival, Plan, Release
+from policy.api import Arrival, Plan, PolicyDefaults, Release
 from policy.radix import tree_hit_plan
-from scr.config import ScrConfig, parse_request_knobs
 from scr.intercept import Intercept, intercept
-from scr.sessions import SessionTable
+from scr.knobs import parse_request_knobs
+from scr.sessions import Dropped, SessionTable, Store
+from scr.settings import ScrConfig
 
 
-class ScrPolicy:
+@dataclass(frozen=True)
+class SpliceGuard:
+    """The check before a splice (§7.5 step 5): ``ok`` = the rows may be copied."""
+
+    ok: bool
+    ids_match: bool  # the stored token ids are the destination's
+    owner: str | None  # who holds the pinned slot now (for the ``slot_stolen`` line)
+
+
+class ScrPolicy(PolicyDefaults):
+    """SCR's decisions; ``snapshot_budget`` stays the default 0 because SCR keeps its saved states in
+    its own shadow (``patches/scr_tensors.py``), outside SGLang's Mamba pool."""
+
     name: ClassVar[str] = "scr"
     config_class: ClassVar[type] = ScrConfig
 
@@ -42,12 +59,62 @@ class ScrPolicy:
     def admit(self, tokens: Sequence[int], cache_salt: str | None) -> Intercept:
         """§4.2: attach a new request to its conversation and plan what to relocate.
 
-        Raises ``scr.config.UnsupportedKnob`` (a ``ValueError``), before any session changes, when
+        Raises ``scr.kvreuse_env.UnsupportedKnob`` (a ``ValueError``), before any session changes, when
         ``cache_salt`` asks for the single-phase path (§2.3 knobs ``pin``/``v6``/``lead``/``force``).
         It is not caught here: the scheduler glue fails that one request with the message, rather
         than serving it with full SCR, which the client did not ask for.
         """
         return intercept(self.sessions, tokens, parse_request_knobs(cache_salt), self.config)
+
+    def splice_guard(self, outcome: Intercept, old_start: int, rows: int, new_ids: Sequence[int]) -> SpliceGuard:
+        """§7.5 step 5, made strict: the session must still hold the very side-slot acquisition the
+        plan pinned (owner, slot and generation: a slot released and re-acquired since, by anyone,
+        may hold another tenant's rows), and, with ``t6_guard``, the side rows
+        ``[old_start, old_start + rows)`` must hold ``new_ids``. Pure."""
+        sid, slot = outcome.sid, outcome.side_slot
+        session = self.sessions.get(sid)
+        pinned = self.sessions.holds(sid, slot, outcome.slot_generation)
+        stored = tuple(session.side_ids[old_start:old_start + rows]) if session is not None else ()
+        ids_match = stored == tuple(new_ids)
+        ok = pinned and (ids_match or not outcome.config.t6_guard)
+        return SpliceGuard(ok, ids_match, self.sessions.owner(slot))
+
+    @property
+    def num_free_slots(self) -> int:
+        return len(self.sessions.free_slots)
+
+    def snapshot_slot(self, sid: str) -> tuple[int | None, bool]:
+        """A state snapshot of session ``sid`` is about to be written (§9.2): ``(slot, acquired)``,
+        the shadow row to write (None: no slot free, skip it) and whether it was just taken.
+
+        The session's saved state is marked missing first, so a copy that fails half-way leaves no
+        snapshot that claims to be valid (``snapshot_taken`` records it once it is written)."""
+        self.sessions.set_state_tokens(sid, -1)
+        had_slot = self.sessions.get(sid).side_slot is not None
+        slot = self.sessions.acquire_slot(sid)
+        return slot, slot is not None and not had_slot
+
+    def snapshot_taken(self, sid: str, n_tokens: int) -> None:
+        """The snapshot of ``sid`` now covers the first ``n_tokens`` tokens (§9.2)."""
+        self.sessions.set_state_tokens(sid, n_tokens)
+
+    def drop_state(self, sid: str) -> None:
+        """Forget the saved state of ``sid``: it no longer pairs with the session's K/V rows."""
+        self.sessions.set_state_tokens(sid, -1)
+
+    def store_turn(self, sid: str, committed: Sequence[int]) -> Store:
+        """A request of ``sid`` ended holding the KV of ``committed``: which rows to copy (§5.2)."""
+        return self.sessions.finish(sid, committed, store=True)
+
+    def count_out(self, sid: str, if_present: bool = False) -> None:
+        """A request of ``sid`` ended with nothing to store (no rows, or aborted on the queue);
+        ``if_present``: the session may be gone already."""
+        if not if_present or self.sessions.get(sid) is not None:
+            self.sessions.finish(sid, (), store=False)
+
+    def drop_private(self, sid: str) -> Dropped:
+        """Give up the session's slot (its rows may be half written, §4.5)."""
+        return self.sessions.drop_private(sid)
 
     # ------------------------------------------------------------------ server settings
 
@@ -56,7 +123,7 @@ class ScrPolicy:
 
         One KV slot per token (relocated rows are placed row by row), and no overlap scheduling:
         the recurrent-state restore is a copy issued from the scheduler, which must not race the
-        previous forward (``scr_spec.md`` §9.6; the authors leave overlap on).
+        previous forward (``docs/scr.md`` §9.6; the authors leave overlap on).
         """
         return {"page_size": 1, "disable_overlap_schedule": True}
 
@@ -66,7 +133,7 @@ class ScrPolicy:
         return {"log_requests": True, "log_requests_level": 0}
 
     def startup_problems(self, settings: Mapping[str, object], env: Mapping[str, str], on_cuda: bool) -> list[str]:
-        """Settings SCR does not support (``scr_spec.md`` §10.1)."""
+        """Settings SCR does not support (``docs/scr.md`` §10.1)."""
         problems = []
         if settings.get("disable_radix_cache"):
             problems.append("--disable-radix-cache: SCR runs phase 1 on the radix cache's prefix")

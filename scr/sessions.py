@@ -1,4 +1,4 @@
-"""Conversation sessions: content matching, LRU, side-slot ownership (``scr_spec.md`` §4, §5.1, §5.2).
+"""Conversation sessions: content matching, LRU, side-slot ownership (``docs/scr.md`` §4, §5.1, §5.2).
 
 SCR attaches a request to a conversation by content, not by id (the CLM agent sends neither rid
 nor salt). A session remembers the conversation's previous prompt (to diff against) and, once it
@@ -15,6 +15,7 @@ Side slots are indices ``0 .. side_sessions-1``. The recurrent-state shadow uses
 Positions are not stored: the spec's ``positions`` list is always ``0 .. len-1`` (§6.3), so the
 old position of side row ``k`` is ``k``.
 """
+# Spec: docs/scr.md
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
-from scr.config import ScrConfig
+from scr.settings import ScrConfig
 from scr.side import SlotList, copy_range
 
 

@@ -1,10 +1,11 @@
-"""Side-buffer bookkeeping that needs no tensors (``scr_spec.md`` §5.1–5.2).
+"""Side-buffer bookkeeping that needs no tensors (``docs/scr.md`` §5.1–5.2).
 
 A side slot holds one conversation's K/V rows in the order of its last committed sequence
 (prompt + reply). Storing a new turn copies only the rows that changed: everything below the
 common prefix of the stored and the new token ids is assumed identical (the tokens are; the KV
 content is not compared, as in the authors' code).
 """
+# Spec: docs/scr.md
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up (or update) .venv, build the tiny model, serve it with the patched server, run a short
 # multi-turn conversation with an edit in the middle, and print what the cache did per request.
-# Extra arguments go to `python -m eval.demo` (e.g. --policy radix --out DIR).
+# Extra arguments go to `python -m eval.demo` (e.g. --policies radix,scr --out DIR).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$ROOT/scripts/setup_env.sh"

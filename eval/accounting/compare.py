@@ -1,4 +1,4 @@
-"""Side-by-side table and plots over ingested runs (``eval_spec.md`` §5.9-§5.10, the token part).
+"""Side-by-side table and plots over ingested runs (``docs/eval.md`` §5.9-§5.10, the token part).
 
 Input: run directories written by ``python -m eval.report ingest`` (``requests.csv`` and
 ``summary.json``), by name. Output in ``out``:
@@ -20,6 +20,8 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
+
+from eval import plots
 
 # (key, label, format); shares are fractions of the prompt tokens of the rows they cover.
 METRICS = (
@@ -102,54 +104,34 @@ def markdown(table: dict[str, dict], baseline: str) -> str:
 
 
 def plot_provenance(runs: dict[str, list[dict]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    labels, bottoms, stacks = [], [], {k: [] for k in COLOURS}
+    labels, stacks = [], {k: [] for k in COLOURS}
     for name, rows in runs.items():
         for subset, selected in (("all", rows), ("edited", [r for r in rows if r["class"] == "edited"])):
             labels.append(f"{name}\n{subset}")
             shares = _shares(selected)
             for key in COLOURS:
                 stacks[key].append(shares[key] * 100)
-    fig, ax = plt.subplots(figsize=(1.2 * len(labels) + 2, 4.5))
-    x = list(range(len(labels)))
-    bottoms = [0.0] * len(labels)
-    for key, colour in COLOURS.items():
-        ax.bar(x, stacks[key], bottom=bottoms, color=colour, label=key.replace("_", "-"), width=0.7)
-        bottoms = [b + v for b, v in zip(bottoms, stacks[key])]
-    ax.set_xticks(x, labels)
+    fig, ax = plots.subplots(1.2 * len(labels) + 2, 4.5)
+    plots.stacked_bars(ax, labels, [(key.replace("_", "-"), stacks[key], colour) for key, colour in COLOURS.items()],
+                       width=0.7)
     ax.set_ylabel("share of prompt tokens (%)")
     ax.set_ylim(0, 100)
     ax.set_title("Where prompt tokens came from")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=3, frameon=False)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    plots.save(fig, path)
 
 
 def plot_read_cdf(runs: dict[str, list[dict]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4.5))
+    fig, ax = plots.subplots(6, 4.5)
     for name, rows in runs.items():
-        values = sorted(r["read"] for r in rows)
-        if values:
-            ax.step(values, [(i + 1) / len(values) for i in range(len(values))], where="post", label=name)
+        plots.cdf_step(ax, [r["read"] for r in rows], name)
     ax.set_xlabel("read tokens per request (run through the model)")
     ax.set_ylabel("fraction of requests")
     ax.set_ylim(0, 1.02)
     ax.set_title("CDF of read tokens per request")
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    plots.save(fig, path)
 
 
 def compare(run_dirs: dict[str, Path], out: Path, baseline: str | None = None) -> dict:

@@ -1,4 +1,4 @@
-"""FLOP formulas, one function each, with their sources (``model_spec.md`` §4, ``eval_spec.md`` §5.7).
+"""FLOP formulas, one function each, with their sources (``docs/model.md`` §4, ``docs/eval.md`` §5.7).
 
 Units: FLOPs (multiply-add = 2), per token unless the name says otherwise; PFLOPs = 1e15 FLOPs.
 
@@ -107,7 +107,7 @@ def flops_per_pair(g: Geometry) -> int:
 
 
 def prefix_reuse_pflops(read: int, decode: int, body_params: float) -> float:
-    """Primary count (eval_spec §5.7): 2·N_body·(read + decode) / 1e15."""
+    """Primary count (docs/eval.md §5.7): 2·N_body·(read + decode) / 1e15."""
     return 2 * body_params * (read + decode) / 1e15
 
 
@@ -148,7 +148,7 @@ def geometry_from_config(config: Mapping) -> Geometry:
     )
 
 
-# Qwen3.6-27B text_config shapes (model_spec.md §1): 64 layers, one full-attention layer in four.
+# Qwen3.6-27B text_config shapes (docs/model.md §1): 64 layers, one full-attention layer in four.
 QWEN36_27B = Geometry(
     hidden_size=5120, intermediate_size=17408, num_hidden_layers=64, full_attention_interval=4,
     num_attention_heads=24, num_key_value_heads=4, head_dim=256,

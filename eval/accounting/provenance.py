@@ -1,6 +1,6 @@
 """Where each prompt token came from, per request, and the checks that make the numbers trustworthy.
 
-Per request r (``eval_spec.md`` §5.6): prompt P = prefix-reused R + moved M + read F; decode D.
+Per request r (``docs/eval.md`` §5.6): prompt P = prefix-reused R + moved M + read F; decode D.
 Requests are grouped into conversations (``conversation_of``) to classify them:
 
 * ``first``: the conversation's first request;

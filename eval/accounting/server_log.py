@@ -1,8 +1,8 @@
 """Per-request provenance from a server log (plain SGLang, the patched server, or SCR).
 
 The log is the interface here, so its lines are listed in full. The line formats and their
-parser live in ``policy/log_lines.py`` (one template per line, shared with the server side);
-this module applies the report rules (``scr_spec.md`` §12, ``eval_spec.md`` §2.6.3, §5.6).
+parser live in ``scr/authors_log.py`` (one template per line, shared with the server side);
+this module applies the report rules (``docs/scr.md`` §12, ``docs/eval.md`` §2.6.3, §5.6).
 
 Lines read (any text before them, such as ``[2026-01-01 12:00:00 TP0] ``, is ignored):
 
@@ -15,13 +15,13 @@ Lines read (any text before them, such as ``[2026-01-01 12:00:00 TP0] ``, is ign
   one for the same rid is a rid collision and fails check L1.
 
 The three SCR lines are read as permissively as the authors' ``analysis/scr_report.py`` reads
-them (``policy.log_lines.parse_report_line``): only the fields named below in ``<>`` are needed,
+them (``scr.authors_log.parse_report_line``): only the fields named below in ``<>`` are needed,
 in that order, and any text may stand between them. A line that carries one of their markers
 (``[kvreuse-site] ``, ``[kvreuse] v6 splice OK``, ``[kvreuse] kv6trace ev=req ``) but lacks
 those fields stops the ingestion with ``LogLineError`` naming the line; all other ``[kvreuse]``
 lines are skipped.
 
-* SCR's splice line, one per relocated block (``scr_spec.md`` §11.3)::
+* SCR's splice line, one per relocated block (``docs/scr.md`` §11.3)::
 
       [kvreuse] v6 splice OK: rid=<rid> sid=<sid> slot=<n> A+B'=<stop> C'=<rows> extend=<n>
       live=<P> [spliced=<count> tokens=<total>] blocks=<i>/<n>
@@ -59,6 +59,7 @@ gaps, block indices 1..k in order, no splice line of a request that never finish
 request relocated at most K blocks (K from the banner, or ``max_blocks``; relocation with K
 unknown fails).
 """
+# Spec: docs/scr.md
 
 from __future__ import annotations
 
@@ -68,7 +69,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from eval.accounting.provenance import QWEN36_27B_PAIR_FLOPS, Row, Served, classify_rows, conversation_of
-from policy.log_lines import LogLineError, parse_report_line
+from scr.authors_log import LogLineError, parse_report_line
 
 _POLICY_LINE = re.compile(r"cache policy (\S+) started with config (.*)$")
 

@@ -1,6 +1,6 @@
 """The BrowseComp-Plus agent: a plain search agent, or a context-editing agent in the CLM style.
 
-``mode: plain`` is the BCP harness's loop (``eval_spec.md`` §1.5-§1.6): the question in the
+``mode: plain`` is the BCP harness's loop (``docs/eval.md`` §1.5-§1.6): the question in the
 answer-format prompt, the search tools, one LM call per step; a reply without a tool call is the
 final answer.
 
@@ -13,86 +13,27 @@ limit, "turns remain" notices near the step cap, and the answer through ``submit
 (``finish_policy: submit``) or as a reply without a tool call (``finish_policy: text``). A turn
 whose tool calls are all accepted edits is free (it does not count as a step). Every
 harness-inserted message is a plain ``user`` turn, as in CLM (so it moves the template's "last
-user query" and earlier reasoning is stripped).
+user query" and earlier reasoning is stripped). The texts are in ``eval/bcp/prompts.py``.
 
 Each question gives a BCP run-file record (§1.7) with extra fields (the counters of CLM's
 ``usage.json``, tokens, rids).
 """
+# Spec: docs/eval.md
 
 from __future__ import annotations
 
 import json
 import time
 from collections import Counter
-from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 from eval.bcp import clm
-from eval.bcp.client import ChatClient, ChatResult, ClientError, ContextOverflow
+from eval.bcp.client import ChatClient, ChatResult, ClientError, ContextOverflow, ToolCall
 from eval.bcp.config import AgentConfig
-
-QUERY_PROMPT = """You are a deep-research agent. Answer the question below using the search tools step by step: \
-search, read what you find{get_document}, and search again until you are sure.
-
-Question: {question}
-
-When you are done, reply in exactly this format:
-Explanation: {{your reasoning, citing the supporting docids in square brackets, e.g. [20] or [3, 17]}}
-Exact Answer: {{your short final answer}}
-Confidence: {{your confidence in the answer, 0-100%}}"""
-
-CLM_SYSTEM = """You are a research agent with an editable context. The conversation you see is your \
-live context; the `context` tool shows it as text (one [[CTX_TURN i role=...]] block per turn) and \
-edits it: delete turns you no longer need, or replace text in a turn with a shorter summary. \
-Turns 0 and 1 (this prompt and the task) cannot change.
-
-Editing has a cost: after an edit, everything from the first changed turn to the end is read again \
-by the server. Batch your edits, edit rarely, and prefer to compact old material near the end of \
-the context. Your context budget is {budget} tokens; you will be warned as it fills up, and turns \
-are rolled back if you go over it. A turn that only edits the context is free.
-
-{finish}"""
-
-FINISH_SUBMIT = "When you have the answer, call `submit` with the whole answer text (Explanation, Exact Answer, Confidence)."
-FINISH_TEXT = "When you have the answer, reply with it without calling a tool."
-
-CONTEXT_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "context",
-        "description": "View or edit your live context. action=view shows it; action=delete removes the "
-                       "listed turns; action=replace replaces the text `old` (which must occur exactly once) "
-                       "by `new`.",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "action": {"type": "string", "enum": ["view", "delete", "replace"]},
-                "turns": {"type": "array", "items": {"type": "integer"}, "description": "turns to delete"},
-                "old": {"type": "string"},
-                "new": {"type": "string"},
-            },
-            "required": ["action"],
-        },
-    },
-}
-
-SUBMIT_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "submit",
-        "description": "Submit your final answer (Explanation, Exact Answer, Confidence) and end the task.",
-        "parameters": {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]},
-    },
-}
-
-NO_TOOL_CALL = "(No tool call in your last turn. Continue with a tool call, or call `submit` with your final answer.)"
-NUDGE = ("[CONTEXT NOTICE] Your context has passed {ratio:.0%} of its budget: {tokens} of {budget} tokens. Consider "
-         "compacting it with the `context` tool: delete or summarise what you no longer need.")
-URGENT = ("[CONTEXT WARNING] Your context is at {tokens} tokens, close to the limit of {limit}. Compact it "
-          "now with the `context` tool, or turns will be rolled back.")
-FINALIZE = "[SYSTEM NOTICE] Only {n} turn(s) remain. Give your final answer now."
-LEDGER = ("[ROLLBACK LEDGER] Your context went over its limit of {limit} tokens {count} time(s); {turns} recent "
-          "turn(s) were removed in all. Compact your context with the `context` tool before continuing.")
+# The texts are re-exported: eval/traces/standin.py reads the notices through this module.
+from eval.bcp.prompts import (CLM_SYSTEM, CONTEXT_TOOL, FINALIZE, FINISH_SUBMIT, FINISH_TEXT, LEDGER,  # noqa: F401
+                              NO_TOOL_CALL, NUDGE, QUERY_PROMPT, SUBMIT_TOOL, URGENT)
+from eval.bcp.question import QuestionRun, QuestionState
 
 
 class ToolBoxLike(Protocol):
@@ -108,14 +49,6 @@ def truncate_observation(text: str, max_chars: int, keep: int = 5000) -> str:
         return text
     return (f"{text[:keep]}\n... [output too long: {len(text)} characters; the middle "
             f"{len(text) - 2 * keep} are cut] ...\n{text[-keep:]}")
-
-
-@dataclass
-class QuestionRun:
-    """What one question produced: the BCP run-file record and the final messages."""
-
-    record: dict
-    messages: list[dict] = field(default_factory=list)
 
 
 class Agent:
@@ -149,155 +82,170 @@ class Agent:
     # ---- one question
 
     def run(self, qid: str, question: str, rid_prefix: str) -> QuestionRun:
+        q = self._start(qid, question, rid_prefix)
+        for _ in range(self.config.max_total_iters):
+            if not self._step(q):
+                break
+        else:
+            q.status = q.status or "max_iterations"
+        record = q.record(self.model_name, self.config.mode, self.clock())
+        return QuestionRun(record=record, messages=q.messages)
+
+    def _start(self, qid: str, question: str, rid_prefix: str) -> QuestionState:
         cfg = self.config
         toolbox = self.make_toolbox()
         tools = self.tool_schemas(toolbox)
         messages = self.initial_messages(question)
-        protect = len(messages)
         budget = clm.Budget(cfg.context_budget_tokens, cfg.strict_target, tuple(cfg.nudge_ratios),
                             cfg.persistent_nudge_ratio, fixed_overhead_chars=len(json.dumps(tools)))
-        started = self.clock()
-        items: list[dict] = []
-        counts: Counter = Counter()
-        stats = Counter()
-        tokens = Counter()
-        rids: list[str] = []
-        final_text, status, error = None, None, None
-        ledger_count = ledger_turns = ignored_rollbacks = 0
-        steps = 0
-        pending_notes: list[str] = []
-        last_reply: ChatResult | None = None
+        return QuestionState(qid, rid_prefix, toolbox, tools, messages, budget, self.clock(), protect=len(messages))
 
-        for _ in range(cfg.max_total_iters):
-            if steps >= cfg.max_steps:
-                status = "max_steps"
-                break
-            if stats["lm_calls"] >= cfg.call_cap:
-                status, stats["hit_lm_call_cap"] = "lm_call_cap", 1
-                break
-            if cfg.mode == "clm":
-                if stats["lm_calls"]:  # budget notices about the context as it now stands
-                    estimate = budget.estimate(messages)
-                    for kind, ratio in budget.nudges(estimate):
-                        stats["nudges"] += 1
-                        pending_notes.append(NUDGE.format(ratio=ratio, tokens=estimate, budget=cfg.context_budget_tokens)
-                                             if kind == "ratio" else URGENT.format(tokens=estimate, limit=cfg.strict_target))
-                remaining = cfg.max_steps - steps
-                if remaining <= cfg.finalize_nudge_turns:
-                    pending_notes.append(FINALIZE.format(n=remaining))
-                if pending_notes:
-                    messages.append({"role": "user", "content": "\n\n".join(pending_notes)})
-                    pending_notes = []
-                # Rollback before a prompt that would not fit.
-                estimate = budget.estimate(messages)
-                if estimate > cfg.strict_target:
-                    if stats["retries_on_limit"] >= cfg.max_num_retry_on_limit:
-                        status, stats["budget_finalized"] = "budget_exhausted", 1
-                        break
-                    margin = cfg.retry_edit_margin_tokens * (2 if ignored_rollbacks >= 3 else 1)
-                    # Never aim below half the limit (a margin larger than the limit would drop everything).
-                    target = max(cfg.strict_target - margin, cfg.strict_target // 2)
-                    messages, dropped = clm.rollback(messages, budget, target, protect)
-                    messages = clm.drop_orphan_tool_results(messages)
-                    stats["retries_on_limit"] += 1
-                    stats["turns_rolled_back"] += dropped
-                    ignored_rollbacks += 1
-                    ledger_count += 1
-                    ledger_turns += dropped
-                    note = {"role": "user", "content": LEDGER.format(limit=cfg.strict_target, count=ledger_count,
-                                                                     turns=ledger_turns)}
-                    if protect == 2:
-                        messages.insert(2, note)
-                        protect = 3
-                    else:
-                        messages[2] = note
-                    continue
-            turn = stats["lm_calls"]
-            rid = f"{rid_prefix}.{turn:04d}"
-            rids.append(rid)
-            stats["lm_calls"] += 1
-            try:
-                reply = self.client.chat(messages, tools=tools, rid=rid, qid=qid, turn=turn)
-            except ContextOverflow as exc:
-                if cfg.mode == "clm" and stats["retries_on_limit"] < cfg.max_num_retry_on_limit:
-                    # The server counts more than the estimate: learn it and roll back on the next pass.
-                    budget.tok_ratio = min(3.0, budget.tok_ratio * 1.25)
-                    continue
-                status, error = "context_overflow", str(exc)[:2000]
-                break
-            except ClientError as exc:
-                status, error = "error", str(exc)[:2000]
-                break
-            last_reply = reply
-            tokens["prompt"] += reply.prompt_tokens
-            tokens["completion"] += reply.completion_tokens
-            tokens["cached"] += reply.cached_tokens or 0
-            if reply.protocol:
-                stats[f"tool_protocol_{reply.protocol}"] += 1
-            budget.calibrate(messages, reply.prompt_tokens)
-            if reply.reasoning:
-                items.append({"type": "reasoning", "tool_name": None, "arguments": None, "output": reply.reasoning})
-            messages.append(reply.assistant_message())
+    def _step(self, q: QuestionState) -> bool:
+        """One pass of the loop: caps, (clm) notices and rollback, one LM call, its tool calls.
+        Returns False when the question has ended."""
+        if not self._within_caps(q):
+            return False
+        if self.config.mode == "clm":
+            self._post_notices(q)
+            fits = self._fit_budget(q)
+            if fits is not None:
+                return fits
+        reply, go_on = self._ask(q)
+        if reply is None:
+            return go_on
+        self._take_reply(q, reply)
+        return self._act(q, reply)
 
-            calls = reply.tool_calls[:1] if cfg.mode == "clm" else reply.tool_calls  # CLM keeps the first call only
-            if len(reply.tool_calls) > len(calls):
-                messages[-1]["tool_calls"] = messages[-1]["tool_calls"][:1]
-            if not calls:
-                if cfg.finish_policy == "text":
-                    final_text, status = reply.content, "completed"
-                    break
-                steps += 1
-                pending_notes.append(NO_TOOL_CALL)
-                continue
+    def _within_caps(self, q: QuestionState) -> bool:
+        if q.steps >= self.config.max_steps:
+            return q.end("max_steps")
+        if q.stats["lm_calls"] >= self.config.call_cap:
+            q.stats["hit_lm_call_cap"] = 1
+            return q.end("lm_call_cap")
+        return True
 
-            free = True
-            for call in calls:
-                if call.name == "submit" and cfg.mode == "clm" and cfg.finish_policy == "submit":
-                    final_text = str(call.arguments.get("answer", "")) or reply.content
-                    status = "completed"
-                    break
-                counts[call.name or "(unparsable)"] += 1
-                if call.name == "context" and cfg.mode == "clm":
-                    output, accepted = self._context_call(messages, call.arguments, budget, protect, stats)
-                    if accepted:
-                        ignored_rollbacks = 0
-                        messages = clm.drop_orphan_tool_results(messages)
-                    else:
-                        free = False
-                else:
-                    free = False
-                    output = self._tool_call(toolbox, call)
-                output = truncate_observation(output, cfg.observation_max_chars)
-                items.append({"type": "tool_call", "tool_name": call.name,
-                              "arguments": json.dumps(call.arguments, ensure_ascii=False), "output": output})
-                messages.append({"role": "tool", "content": output, **({"tool_call_id": call.id} if call.id else {})})
-            if status == "completed":
-                break
-            if free:
-                stats["free_ctx_turns"] += 1
-            else:
-                steps += 1
+    def _post_notices(self, q: QuestionState) -> None:
+        """Budget nudges about the context as it now stands, the "turns remain" notice, and what
+        earlier turns left pending, as one user turn."""
+        cfg = self.config
+        if q.stats["lm_calls"]:
+            estimate = q.budget.estimate(q.messages)
+            for kind, ratio in q.budget.nudges(estimate):
+                q.stats["nudges"] += 1
+                q.pending_notes.append(NUDGE.format(ratio=ratio, tokens=estimate, budget=cfg.context_budget_tokens)
+                                       if kind == "ratio" else URGENT.format(tokens=estimate, limit=cfg.strict_target))
+        remaining = cfg.max_steps - q.steps
+        if remaining <= cfg.finalize_nudge_turns:
+            q.pending_notes.append(FINALIZE.format(n=remaining))
+        if q.pending_notes:
+            q.messages.append({"role": "user", "content": "\n\n".join(q.pending_notes)})
+            q.pending_notes = []
+
+    def _fit_budget(self, q: QuestionState) -> bool | None:
+        """Rollback before a prompt that would not fit: None when it fits, True after a rollback
+        (the loop goes round again), False when the rollbacks are used up."""
+        cfg = self.config
+        if q.budget.estimate(q.messages) <= cfg.strict_target:
+            return None
+        if q.stats["retries_on_limit"] >= cfg.max_num_retry_on_limit:
+            q.stats["budget_finalized"] = 1
+            return q.end("budget_exhausted")
+        margin = cfg.retry_edit_margin_tokens * (2 if q.ignored_rollbacks >= 3 else 1)
+        # Never aim below half the limit (a margin larger than the limit would drop everything).
+        target = max(cfg.strict_target - margin, cfg.strict_target // 2)
+        messages, dropped = clm.rollback(q.messages, q.budget, target, q.protect)
+        q.messages = clm.drop_orphan_tool_results(messages)
+        q.stats["retries_on_limit"] += 1
+        q.stats["turns_rolled_back"] += dropped
+        q.ignored_rollbacks += 1
+        q.ledger_count += 1
+        q.ledger_turns += dropped
+        self._pin_ledger(q)
+        return True
+
+    def _pin_ledger(self, q: QuestionState) -> None:
+        """The rollback ledger sits right after the task, pinned like it (one, updated in place)."""
+        note = {"role": "user", "content": LEDGER.format(limit=self.config.strict_target, count=q.ledger_count,
+                                                         turns=q.ledger_turns)}
+        if q.protect == 2:
+            q.messages.insert(2, note)
+            q.protect = 3
         else:
-            status = status or "max_iterations"
+            q.messages[2] = note
 
-        if final_text is None:
-            final_text = last_reply.content if last_reply is not None else ""
-        items.append({"type": "output_text", "tool_name": None, "arguments": None, "output": final_text})
-        record = {
-            "query_id": qid,
-            "tool_call_counts": dict(counts),
-            "status": status or "incomplete",
-            "retrieved_docids": [str(d) for d in getattr(toolbox, "retrieved_docids", []) or []],
-            "result": items,
-            "metadata": {"model": self.model_name, "mode": cfg.mode},
-            "rids": rids,
-            "steps": steps,
-            "tokens": {"prompt": tokens["prompt"], "completion": tokens["completion"], "cached": tokens["cached"]},
-            "agent_stats": {k: int(v) for k, v in sorted(stats.items())},
-            "error": error,
-            "wall_s": round(self.clock() - started, 3),
-        }
-        return QuestionRun(record=record, messages=messages)
+    def _ask(self, q: QuestionState) -> tuple[ChatResult | None, bool]:
+        """One LM call: (reply, True), or (None, go on?) when the call failed."""
+        cfg = self.config
+        turn = q.stats["lm_calls"]
+        rid = f"{q.rid_prefix}.{turn:04d}"
+        q.rids.append(rid)
+        q.stats["lm_calls"] += 1
+        try:
+            return self.client.chat(q.messages, tools=q.tools, rid=rid, qid=q.qid, turn=turn), True
+        except ContextOverflow as exc:
+            if cfg.mode == "clm" and q.stats["retries_on_limit"] < cfg.max_num_retry_on_limit:
+                # The server counts more than the estimate: learn it and roll back on the next pass.
+                q.budget.tok_ratio = min(3.0, q.budget.tok_ratio * 1.25)
+                return None, True
+            return None, q.end("context_overflow", str(exc)[:2000])
+        except ClientError as exc:
+            return None, q.end("error", str(exc)[:2000])
+
+    def _take_reply(self, q: QuestionState, reply: ChatResult) -> None:
+        q.last_reply = reply
+        q.tokens["prompt"] += reply.prompt_tokens
+        q.tokens["completion"] += reply.completion_tokens
+        q.tokens["cached"] += reply.cached_tokens or 0
+        if reply.protocol:
+            q.stats[f"tool_protocol_{reply.protocol}"] += 1
+        q.budget.calibrate(q.messages, reply.prompt_tokens)
+        if reply.reasoning:
+            q.items.append({"type": "reasoning", "tool_name": None, "arguments": None, "output": reply.reasoning})
+        q.messages.append(reply.assistant_message())
+
+    def _act(self, q: QuestionState, reply: ChatResult) -> bool:
+        """Runs the reply's tool calls (CLM keeps the first only); False when the question ends."""
+        calls = reply.tool_calls[:1] if self.config.mode == "clm" else reply.tool_calls
+        if len(reply.tool_calls) > len(calls):
+            q.messages[-1]["tool_calls"] = q.messages[-1]["tool_calls"][:1]
+        if not calls:
+            return self._no_tool_call(q, reply)
+        free = True
+        for call in calls:
+            if call.name == "submit" and self.config.mode == "clm" and self.config.finish_policy == "submit":
+                q.final_text = str(call.arguments.get("answer", "")) or reply.content
+                return q.end("completed")
+            free = self._run_call(q, call) and free
+        if free:
+            q.stats["free_ctx_turns"] += 1
+        else:
+            q.steps += 1
+        return True
+
+    def _no_tool_call(self, q: QuestionState, reply: ChatResult) -> bool:
+        """A reply without a tool call is the answer (``finish_policy: text``), else a step with a reminder."""
+        if self.config.finish_policy == "text":
+            q.final_text = reply.content
+            return q.end("completed")
+        q.steps += 1
+        q.pending_notes.append(NO_TOOL_CALL)
+        return True
+
+    def _run_call(self, q: QuestionState, call: ToolCall) -> bool:
+        """Runs one tool call and appends its observation; returns whether it was a free (accepted) edit."""
+        q.counts[call.name or "(unparsable)"] += 1
+        if call.name == "context" and self.config.mode == "clm":
+            output, free = self._context_call(q.messages, call.arguments, q.budget, q.protect, q.stats)
+            if free:
+                q.ignored_rollbacks = 0
+                q.messages = clm.drop_orphan_tool_results(q.messages)
+        else:
+            output, free = self._tool_call(q.toolbox, call), False
+        output = truncate_observation(output, self.config.observation_max_chars)
+        q.items.append({"type": "tool_call", "tool_name": call.name,
+                        "arguments": json.dumps(call.arguments, ensure_ascii=False), "output": output})
+        q.messages.append({"role": "tool", "content": output, **({"tool_call_id": call.id} if call.id else {})})
+        return free
 
     def _tool_call(self, toolbox: ToolBoxLike, call) -> str:
         if call.error:

@@ -23,10 +23,10 @@ import json
 import random
 import re
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Callable
+
+from eval import http
 
 Post = Callable[[str, dict], dict]
 
@@ -172,25 +172,21 @@ def messages_sha256(messages: list[dict], tools: list | None = None) -> str:
 
 
 def http_post(base_url: str, timeout: float = 600.0) -> Post:
-    """A transport for a real server; HTTP errors raise ``ClientError`` with the status."""
+    """A transport for a real server; HTTP errors raise ``ClientError`` with the status, no answer
+    at all raises ``eval.http.NoResponse`` (an ``OSError``, retried by ``ChatClient``)."""
     base = base_url.rstrip("/")
 
     def post(path: str, payload: dict) -> dict:
-        request = urllib.request.Request(base + path, data=json.dumps(payload).encode(),
-                                         headers={"Content-Type": "application/json"})
         try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:
-                return json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            body = exc.read().decode(errors="replace")
-            raise ClientError(f"POST {path} -> {exc.code}: {body[:2000]}", status=exc.code) from None
+            return http.post_json(base + path, payload, timeout)
+        except http.HttpError as exc:
+            raise ClientError(f"POST {path} -> {exc.status}: {exc.text[:2000]}", status=exc.status) from None
 
     return post
 
 
 def http_get(base_url: str, path: str, timeout: float = 30.0) -> Any:
-    with urllib.request.urlopen(base_url.rstrip("/") + path, timeout=timeout) as response:
-        return json.loads(response.read())
+    return http.get_json(base_url.rstrip("/") + path, timeout)
 
 
 def _is_overflow(message: str) -> bool:

@@ -1,4 +1,4 @@
-"""The context-editing pieces of the CLM-style agent (``eval_spec.md`` §2.1-§2.2), pure and testable.
+"""The context-editing pieces of the CLM-style agent (``docs/eval.md`` §2.1-§2.2), pure and testable.
 
 * **Mirror.** The live context (the message list) is shown to the model as one text with a
   ``[[CTX_TURN i role=ROLE]]`` header per message; assistant tool calls appear as

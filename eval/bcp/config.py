@@ -1,11 +1,12 @@
 """Agent settings for BrowseComp-Plus runs, read from a YAML file (default ``eval/bcp/bcp.yaml``).
 
-The keys mirror the CLM authors' ``configs/bcp.yaml`` (``eval_spec.md`` §2.2) plus what the BCP
+The keys mirror the CLM authors' ``configs/bcp.yaml`` (``docs/eval.md`` §2.2) plus what the BCP
 harness fixes (search k, snippet length, get_document; §1.5) and what the server must be told
 (``enable_thinking``/``preserve_thinking``, ``cache_salt``). ``AgentConfig.fingerprint`` hashes
 the resolved values; it goes into the run manifest, and ``compare`` refuses runs whose
 fingerprints differ.
 """
+# Spec: docs/eval.md
 
 from __future__ import annotations
 

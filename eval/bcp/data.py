@@ -1,4 +1,4 @@
-"""Load BrowseComp-Plus from local files in its published formats (eval_spec.md §1.2, §1.3).
+"""Load BrowseComp-Plus from local files in its published formats (docs/eval.md §1.2, §1.3).
 
 Directory layout read by :func:`load_dataset` (names chosen here; the contents are the published
 formats)::
@@ -35,6 +35,7 @@ Interpretations:
   UTF-8 (wrong password, or an already decrypted file under the encrypted name).
 * The corpus is plain text as published (``Tevatron/browsecomp-plus-corpus``); it is not encrypted.
 """
+# Spec: docs/eval.md
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A small self-made BrowseComp-Plus look-alike for offline tests (eval_spec.md §3.3).
+"""A small self-made BrowseComp-Plus look-alike for offline tests (docs/eval.md §3.3).
 
 ``python -m eval.bcp.fixtures --out DIR [--queries 3] [--docs 40] [--seed 0]``
 
@@ -17,10 +17,10 @@ documents) and the year, so BM25 ranks the gold document first. Evidence = {brid
 question reuses the question's wording with another maker, town and year. The rest is filler.
 Everything is a deterministic function of ``seed``. Nothing here is real data.
 """
+# Spec: docs/eval.md
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 from pathlib import Path
@@ -137,11 +137,16 @@ def write_fixture(out_dir: Path, *, num_queries: int = 3, num_docs: int = 40, se
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m eval.bcp.fixtures", description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--queries", type=int, default=3)
-    parser.add_argument("--docs", type=int, default=40)
-    parser.add_argument("--seed", type=int, default=0)
+    from eval.cli_types import Parser, int_at_least
+
+    parser = Parser(prog="python -m eval.bcp.fixtures", description=(
+        "Write a small self-made BrowseComp-Plus look-alike for offline tests, in the formats eval.bcp.data "
+        "reads and encrypted under a fake password (written to canary.txt). Every question is a planted two-hop "
+        "fact; everything is a deterministic function of the seed. Nothing here is real data."))
+    parser.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
+    parser.add_argument("--queries", type=int_at_least(1), default=3, metavar="N", help="questions")
+    parser.add_argument("--docs", type=int_at_least(1), default=40, metavar="N", help="documents in the corpus")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the generated questions and documents")
     args = parser.parse_args(argv)
     print(write_fixture(args.out, num_queries=args.queries, num_docs=args.docs, seed=args.seed))
     return 0

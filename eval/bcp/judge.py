@@ -1,4 +1,4 @@
-"""LLM-as-judge for BCP answers: grader prompts, a strict parser, a cached client (eval_spec.md §1.8).
+"""LLM-as-judge for BCP answers: grader prompts, a strict parser, a cached client (docs/eval.md §1.8).
 
 Templates. BCP ships two graders (§1.8): BrowseComp's original and the BCP repo's default; both
 ask for ``extracted_final_answer``, ``reasoning``, ``correct: yes/no`` and ``confidence`` (100 if
@@ -29,6 +29,7 @@ answer, judge model) plus the template text and decoding settings, so a rerun ne
 judge again for the same input and a changed template is never served an old verdict. The raw
 judge text is stored and re-parsed on a hit.
 """
+# Spec: docs/eval.md
 
 from __future__ import annotations
 
@@ -36,11 +37,12 @@ import hashlib
 import json
 import re
 import threading
-import urllib.request
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
+
+from eval import http
 
 BCP_TEMPLATE = """\
 You are grading a response to a question against the question's correct answer.
@@ -221,10 +223,7 @@ def http_post(url: str, timeout: float = 600.0) -> Callable[[dict], dict]:
     endpoint = chat_completions_url(url)
 
     def post(payload: dict) -> dict:
-        req = urllib.request.Request(endpoint, data=json.dumps(payload).encode(),
-                                     headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return json.loads(resp.read())
+        return http.post_json(endpoint, payload, timeout)
 
     return post
 

@@ -1,4 +1,4 @@
-"""BCP run metrics as BCP's ``scripts_evaluation/evaluate_run.py`` defines them (eval_spec.md §1.9).
+"""BCP run metrics as BCP's ``scripts_evaluation/evaluate_run.py`` defines them (docs/eval.md §1.9).
 
 Input: one record (dict) per question of a run. Fields read:
 
@@ -33,6 +33,7 @@ decimals and uses the evaluator's key names):
   over responses with evidence labels of |cited ∩ evidence| / |evidence|. The averaging
   denominators of precision/recall are our reading of §1.9 [U]. None when no record has a response.
 """
+# Spec: docs/eval.md
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""BM25 search over the BCP corpus with bm25s, and token-length snippets (eval_spec.md §1.4, §1.5, §3.4).
+"""BM25 search over the BCP corpus with bm25s, and token-length snippets (docs/eval.md §1.4, §1.5, §3.4).
 
 The benchmark's BM25 is Pyserini's ``LuceneSearcher`` (Java 21, not available here, §3.1); this is
 the offline stand-in recommended in §3.4, shaped like BCP's ``BaseSearcher``:
@@ -18,12 +18,15 @@ the offline stand-in recommended in §3.4, shaped like BCP's ``BaseSearcher``:
   ``encode(text, add_special_tokens=False)`` / ``decode(ids, skip_special_tokens=True)`` are used
   when they take those keywords, or a ``tokenizers.Tokenizer``). Without one, the fallback counts
   whitespace-separated words and cuts the original text after the N-th word (spacing kept). That
-  is NOT the benchmark's count: record it in the run manifest (``Searcher.describe()``).
+  is NOT the benchmark's count: ``Searcher.describe()`` records which (``snippet_unit``:
+  ``tokens:<tokenizer name>`` or ``words``) for the run manifest; ``eval/bcp/snippets.py`` picks
+  the tokenizer.
 
 Index persistence: with ``index_dir`` the bm25s index is saved there with ``bcp_index.json``
 holding a fingerprint of (analyzer and scoring parameters, every docid and text in corpus order).
 A later ``Searcher`` on the same corpus loads it (``built`` is False); any change rebuilds it.
 """
+# Spec: docs/eval.md
 
 from __future__ import annotations
 
@@ -39,6 +42,7 @@ import bm25s
 import numpy as np
 
 from eval.bcp.data import Document
+from eval.bcp.snippets import snippet_unit
 
 # Lucene's EnglishAnalyzer.ENGLISH_STOP_WORDS_SET (the default stop set of Pyserini's analyzer).
 LUCENE_STOPWORDS = (
@@ -100,6 +104,18 @@ def truncate_tokens(text: str, max_tokens: int, tokenizer: Any = None) -> str:
     return text if len(ids) <= max_tokens else _decode(tokenizer, ids[:max_tokens])
 
 
+def index_dir_problem(index_dir: Path) -> str | None:
+    """Why ``index_dir`` cannot hold this class's index, or None. An absent or empty directory is
+    fine (the index is built there); only a directory this class wrote is ever replaced, never a
+    user's folder."""
+    index_dir = Path(index_dir)
+    if index_dir.exists() and not index_dir.is_dir():
+        return f"{index_dir} is not a directory; choose an index directory"
+    if index_dir.is_dir() and any(index_dir.iterdir()) and not (index_dir / META_FILE).is_file():
+        return f"{index_dir} is not empty and holds no {META_FILE}; choose an index directory"
+    return None
+
+
 def corpus_fingerprint(corpus: Mapping[str, Document], params: BM25Params) -> str:
     h = hashlib.sha256(json.dumps(params.__dict__, sort_keys=True).encode())
     for docid, doc in corpus.items():
@@ -158,9 +174,9 @@ class Searcher:
         return bm25
 
     def _save(self, index_dir: Path) -> None:
-        # Only ever replace a directory this class wrote (or an empty one), never a user's folder.
-        if index_dir.exists() and any(index_dir.iterdir()) and not (index_dir / META_FILE).is_file():
-            raise ValueError(f"{index_dir} is not empty and holds no {META_FILE}; choose an index directory")
+        problem = index_dir_problem(index_dir)
+        if problem:
+            raise ValueError(problem)
         tmp = index_dir.with_name(index_dir.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         self._bm25.save(str(tmp), show_progress=False)
@@ -202,4 +218,9 @@ class Searcher:
         return {"backend": "bm25s", "bm25s_version": bm25s.__version__, **self.params.__dict__,
                 "stopwords": "lucene-english-33", "num_docs": len(self.docids),
                 "fingerprint": self.fingerprint, "snippet_max_tokens": self.snippet_max_tokens,
-                "snippet_tokenizer": self.tokenizer_name}
+                "snippet_tokenizer": self.tokenizer_name, "snippet_unit": self.snippet_unit}
+
+    @property
+    def snippet_unit(self) -> str:
+        """``tokens:<tokenizer name>`` when snippets are cut by a tokenizer, else ``words``."""
+        return snippet_unit(self.tokenizer_name if self.tokenizer is not None else None)

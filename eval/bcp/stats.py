@@ -1,4 +1,4 @@
-"""Paired statistics for "same accuracy" between two arms (eval_spec.md §5.8).
+"""Paired statistics for "same accuracy" between two arms (docs/eval.md §5.8).
 
 All proportions and differences are fractions (0.03 = 3 percentage points). Arms are compared
 question by question: per question i a pair (baseline_i, arm_i) in {0,1}^2, tabulated as
@@ -24,6 +24,7 @@ and the difference is ``arm - baseline`` = (c - b) / n.
 
 Standard library (math.comb, statistics.NormalDist) and numpy only; tests check against scipy.
 """
+# Spec: docs/eval.md
 
 from __future__ import annotations
 

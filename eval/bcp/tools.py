@@ -1,4 +1,4 @@
-"""The search agent's tools: ``search`` and ``get_document`` (eval_spec.md §1.5, §1.7).
+"""The search agent's tools: ``search`` and ``get_document`` (docs/eval.md §1.5, §1.7).
 
 Shape follows BCP's MCP server (``searcher/tools.py``):
 
@@ -22,6 +22,7 @@ Bookkeeping for metrics (§1.7, §1.9): every call is kept in ``calls`` (:class:
 counts every call by name, errors included; names containing "retrieval" count as ``search``
 (BCP's normalisation).
 """
+# Spec: docs/eval.md
 
 from __future__ import annotations
 

@@ -49,7 +49,7 @@ Scenario file (``--scenarios FILE``, JSON; default: ``scenarios.DEFAULT_SPEC``):
   ``tests/engine/prompts.py``); edit k (1-based) deletes the half-open spans ``[start, end)`` of
   the previous turn's prompt (sorted, disjoint, inside it) and appends ``append`` ids drawn with
   seed ``seed + k``. An SCR session is matched by content, so an edit must keep the first 1024
-  tokens for the edited turn to be matched to its conversation (``scr_spec.md`` §4.3).
+  tokens for the edited turn to be matched to its conversation (``docs/scr.md`` §4.3).
 * arm ``salt``: ``""``, plain text (a namespace, no knobs) or ``kvreuse:knobs:k=v,...``; the run
   appends a unique suffix (``scenarios.arm_salt``). ``kvreuse:off``, other ``kvreuse:`` switches,
   knobs the server would ignore, and single-phase knobs are refused.

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
-from eval.cli_types import int_at_least
+from eval.cli_types import Parser, int_at_least
 
 PROG = "python -m eval.fidelity"
 
@@ -15,13 +14,19 @@ def main(argv: list[str] | None = None) -> int:
     from eval.fidelity import ScenarioError, ServerError, UsageError, load_scenarios, run_fidelity
     from eval.fidelity.run import DEFAULT_TOKENS, DEFAULT_TOP
 
-    parser = argparse.ArgumentParser(prog=PROG, description="How far scr answers are from a cold read.")
-    parser.add_argument("--server", required=True, help="loopback base URL, e.g. http://127.0.0.1:30000")
-    parser.add_argument("--out", type=Path, required=True, help="output directory")
-    parser.add_argument("--scenarios", type=Path, default=None, help="scenario JSON file (default: built-in set)")
-    parser.add_argument("--events", type=Path, default=None, help="the server's --cache-events file")
-    parser.add_argument("--tokens", type=int_at_least(1), default=DEFAULT_TOKENS, help="greedy tokens per request")
-    parser.add_argument("--top", type=int_at_least(1), default=DEFAULT_TOP, help="top-K logprobs for the KL")
+    parser = Parser(prog=PROG, description="How far scr answers are from a cold read (eval/fidelity/__init__.py).\n\n"
+                    "Exit status: 0 every check passed, 1 a check failed or the server failed a request, "
+                    "2 a usage error (flags, scenario file, server address).")
+    parser.add_argument("--server", required=True, metavar="URL", help="loopback base URL, e.g. http://127.0.0.1:30000")
+    parser.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
+    parser.add_argument("--scenarios", type=Path, default=None, metavar="FILE",
+                        help="scenario JSON file (default: the built-in set)")
+    parser.add_argument("--events", type=Path, default=None, metavar="FILE",
+                        help="the server's --cache-events file (without it the moved share is unknown)")
+    parser.add_argument("--tokens", type=int_at_least(1), default=DEFAULT_TOKENS, metavar="N",
+                        help="greedy tokens per request")
+    parser.add_argument("--top", type=int_at_least(1), default=DEFAULT_TOP, metavar="K",
+                        help="top-K logprobs per position for the KL")
     args = parser.parse_args(argv)
     try:
         scenarios = load_scenarios(args.scenarios) if args.scenarios is not None else None

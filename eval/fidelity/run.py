@@ -23,15 +23,13 @@ import secrets
 import sys
 import textwrap
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from pathlib import Path
 from typing import Callable, Sequence, TextIO
 
+from eval import http, plots
 from eval.fidelity import metrics
 from eval.fidelity.scenarios import Scenario, arm_salt, change_kind, cold_salt, default_scenarios, salt_problem
-from eval.server import post_json
 from policy.events import RequestEvent
 
 Post = Callable[[str, dict], dict]
@@ -78,12 +76,10 @@ def check_loopback(url: str) -> str:
 
 def check_reachable(base: str, timeout: float = 10.0) -> None:
     """GET ``/model_info`` (generates nothing, so it opens no SCR session)."""
-    try:
-        with urllib.request.urlopen(base + "/model_info", timeout=timeout) as response:
-            response.read()
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise UsageError(f"cannot reach the server at {base}: {reason}") from None
+    answer = http.get(base + "/model_info", timeout=timeout)
+    if not answer.ok:
+        reason = answer.error.removeprefix("connection error: ") if answer.status is None else f"HTTP {answer.status}"
+        raise UsageError(f"cannot reach the server at {base}: {reason}")
 
 
 def request_payload(prompt: Sequence[int], salt: str, rid: str, tokens: int, top: int) -> dict:
@@ -186,7 +182,7 @@ def run_fidelity(server_url: str, out_dir: str | Path, scenarios: Sequence[Scena
     base = check_loopback(server_url)
     if post is None:
         check_reachable(base)
-        post = lambda path, payload: post_json(base + path, payload)  # noqa: E731
+        post = lambda path, payload: http.post_json(base + path, payload)  # noqa: E731
     if progress is STDERR:
         progress = sys.stderr
     run_id = run_id or f"{time.strftime('%Y%m%d%H%M%S')}-{secrets.token_hex(3)}"
@@ -354,12 +350,7 @@ MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 
 def plot_kl_vs_moved(rows: Sequence[dict], path: Path) -> None:
     """KL of the first token against moved share, one marker per arm (rows without events are left out)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.5, 4.8))
+    fig, ax = plots.subplots(6.5, 4.8)
     arms = list(dict.fromkeys(r["arm"] for r in rows))
     plotted, right, top = 0, 0.0, 0.0
     for i, arm in enumerate(arms):
@@ -384,6 +375,4 @@ def plot_kl_vs_moved(rows: Sequence[dict], path: Path) -> None:
     if plotted:
         ax.legend(title="arm")
     fig.text(0.5, 0.01, textwrap.fill(metrics.NOTE, 100), ha="center", va="bottom", fontsize=7)
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    plots.save(fig, path, rect=(0, 0.06, 1, 1))

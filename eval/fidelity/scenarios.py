@@ -3,7 +3,7 @@
 A **scenario** is one conversation of token-id prompts: turn 1, then turns that (typically) delete
 a span from the middle of the previous prompt and append new text, as an agent editing its context.
 Every turn after the first is measured. An **arm** is a per-request knob salt prefix
-(``scr/config.py`` ``parse_request_knobs``); each arm replays the whole conversation in its own
+(``scr/knobs.py`` ``parse_request_knobs``); each arm replays the whole conversation in its own
 namespace.
 
 Namespaces. A salt is also the request's namespace on the server (radix tree, SCR sessions, side
@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scr.config import KNOB_PREFIX, UnsupportedKnob, parse_request_knobs
+from scr.knobs import KNOB_PREFIX, UnsupportedKnob, parse_request_knobs
 
 KNOBS_PREFIX = KNOB_PREFIX + "knobs:"
-SUFFIX_KNOB = "fidelity"  # not a knob of scr/config.py: ignored by the server, kept in the namespace
+SUFFIX_KNOB = "fidelity"  # not a knob of scr/knobs.py: ignored by the server, kept in the namespace
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 # Generated prompts use ids [10, 400), like tests/engine/prompts.py: inside the tiny model's
 # 480-token tokenizer and clear of its special tokens.
@@ -96,7 +96,7 @@ def cold_salt(run: str, scenario: str, turn: int) -> str:
 
 
 # The built-in set, in the file schema. Every edit keeps the first >= 1024 tokens, so the server
-# matches the conversation's session (scr_spec.md §4.3); the moved shares spread from ~8% to ~58%.
+# matches the conversation's session (docs/scr.md §4.3); the moved shares spread from ~8% to ~58%.
 # Nine arm conversations (3 scenarios x 3 arms) fit the default 12 side slots on a fresh server.
 DEFAULT_SPEC: dict = {
     "scenarios": [

@@ -2,7 +2,7 @@
 
 ```
 python -m eval.replay --server http://127.0.0.1:30000 --trace trace.jsonl --out runs/radix \
-    [--run NAME] [--concurrency N]
+    [--run-id NAME] [--concurrency N]
 ```
 
 A trace (``eval/traces/format.py``) fixes the token sequences of an agent run, and the cache's
@@ -26,7 +26,7 @@ Writes ``OUT/client.jsonl``, one line per answered call in ``eval.workload``'s s
 joins with the server's events (check C1). A progress line (calls done/total, rate, ETA) goes to
 stderr every 5 s.
 
-Resumable: run again with the same ``--out`` and ``--run`` and the calls already in
+Resumable: run again with the same ``--out`` and ``--run-id`` and the calls already in
 ``client.jsonl`` are skipped; a conversation whose first calls are done resumes at its next turn.
 The server's cache is then not what it was when the run stopped (a restart, other traffic,
 evictions), so the resumed calls may reuse less than an uninterrupted run would, and a call that
@@ -34,10 +34,11 @@ was in flight when the run was killed is sent again (the server then has two row
 the accounting's check L1/C1 fails): for a reportable run, replay the whole trace against a fresh
 server.
 
-Exit status: 0 all calls answered with the trace's ids; 2 a usage error (bad flag, unreadable or
-malformed trace, a server that is not loopback or not reachable) or an answer whose ids differ from
-the trace's (the message names the rid; the replay stops: calls in flight finish, no new one is
-sent, the mismatched call is not written); 1 the server refused or failed a call.
+Exit status: 0 all calls answered with the trace's ids; 1 an answer whose ids differ from the
+trace's (a failed check: the message names the rid; the replay stops: calls in flight finish, no
+new one is sent, the mismatched call is not written) or the server refused or failed a call; 2 a
+usage error (bad flag, unreadable or malformed trace, a server that is not loopback or not
+reachable).
 ``run_replay(...)`` is the same run in-process; ``replay(send, trace, out, ...)`` takes any transport.
 """
 

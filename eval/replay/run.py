@@ -27,7 +27,7 @@ PROGRESS_EVERY_S = 5.0
 
 
 class Mismatch(RuntimeError):
-    """The server's output ids differ from the trace's completion ids (exit status 2)."""
+    """The server's output ids differ from the trace's completion ids (exit status 1: a failed check)."""
 
 
 class ServerError(RuntimeError):
@@ -208,7 +208,7 @@ def replay(send: Send, trace: Sequence[TraceCall], out: Path, run: str = DEFAULT
 def check_run_name(run: str) -> str:
     """A rid prefix: non-empty, no white space, no '.' (the accounting splits rids on the last '.')."""
     if not run or any(c.isspace() for c in run) or "." in run:
-        raise UsageError(f"--run {run!r}: a non-empty name without white space or '.'")
+        raise UsageError(f"--run-id {run!r}: a non-empty name without white space or '.'")
     return run
 
 

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
-from eval.cli_types import int_at_least, positive_number
+from eval.cli_types import Parser, int_at_least, positive_number
 
 PROG = "python -m eval.soak"
 
@@ -14,25 +13,32 @@ PROG = "python -m eval.soak"
 def main(argv: list[str] | None = None) -> int:
     from eval.soak import UsageError, format_table, run_soak
 
-    parser = argparse.ArgumentParser(prog=PROG, description="Bounded multi-tenant soak of a loopback server.")
-    parser.add_argument("--server", required=True, help="loopback base URL, e.g. http://127.0.0.1:30000")
-    parser.add_argument("--out", type=Path, required=True, help="output directory (report.json, requests.jsonl)")
+    parser = Parser(prog=PROG, description="Bounded multi-tenant soak of a loopback server (eval/soak/__init__.py).\n\n"
+                    "Exit status: 0 every check passed, 1 a check failed, 2 a usage error.")
+    parser.add_argument("--server", required=True, metavar="URL", help="loopback base URL, e.g. http://127.0.0.1:30000")
+    parser.add_argument("--out", type=Path, required=True, metavar="DIR",
+                        help="output directory (report.json, requests.jsonl)")
     parser.add_argument("--minutes", type=positive_number, default=None,
-                        help="load phase length (default 5; 60 when only --requests is given)")
-    parser.add_argument("--requests", type=int_at_least(1), default=None, help="requests of the load phase")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--concurrency", type=int_at_least(1), default=4, help="parallel conversations")
-    parser.add_argument("--tenants", type=int_at_least(1), default=4, help="salts (extra_key / cache_salt) in use")
-    parser.add_argument("--events", type=Path, default=None, help="the server's --cache-events file")
-    parser.add_argument("--log", type=Path, default=None, help="the server's log (stdout + stderr)")
+                        help="load phase length (default: 5; 60 when only --requests is given)")
+    parser.add_argument("--requests", type=int_at_least(1), default=None, metavar="N",
+                        help="requests of the load phase (default: no count limit, the phase ends with --minutes)")
+    parser.add_argument("--seed", type=int, default=0, help="random seed of the load (conversations, edits, aborts, malformed requests)")
+    parser.add_argument("--concurrency", type=int_at_least(1), default=4, metavar="N", help="parallel conversations")
+    parser.add_argument("--tenants", type=int_at_least(1), default=4, metavar="N",
+                        help="salts (extra_key / cache_salt) in use")
+    parser.add_argument("--events", type=Path, default=None, metavar="FILE",
+                        help="the server's --cache-events file")
+    parser.add_argument("--log", type=Path, default=None, metavar="FILE",
+                        help="the server's log (stdout + stderr)")
     parser.add_argument("--policy", choices=("radix", "exact", "scr"), default=None,
                         help="the server's --cache-policy (default: from the events)")
-    parser.add_argument("--exact-sample", type=int_at_least(0), default=4,
-                        help="exact only: cached answers compared with cold ones (default 4)")
+    parser.add_argument("--exact-sample", type=int_at_least(0), default=4, metavar="N",
+                        help="exact only: cached answers compared with cold ones")
     parser.add_argument("--malformed", choices=("none", "safe", "all"), default="all",
-                        help="malformed requests to interleave (default all)")
-    parser.add_argument("--max-new-tokens", type=int_at_least(1), default=8)
-    parser.add_argument("--idle-seconds", type=float, default=5.0, help="idle wait after /flush_cache")
+                        help="malformed requests to interleave")
+    parser.add_argument("--max-new-tokens", type=int_at_least(1), default=8, metavar="N",
+                        help="tokens generated per request")
+    parser.add_argument("--idle-seconds", type=float, default=5.0, metavar="S", help="idle wait after /flush_cache")
     args = parser.parse_args(argv)
     try:
         report = run_soak(args.server, args.out, minutes=args.minutes, requests=args.requests, seed=args.seed,

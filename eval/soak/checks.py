@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Iterable, Mapping, Sequence
 
 from eval.server import FATAL_MARKERS
-from policy.log_lines import parse_line
+from scr.authors_log import parse_line
 
 PASS, FAIL, SKIPPED = "pass", "fail", "skipped"
 # FATAL_MARKERS plus SGLang's scheduler crash line and its idle pool checks (strict: they raise).

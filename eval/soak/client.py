@@ -1,79 +1,33 @@
 """HTTP for the soak: every call returns what happened (status, JSON body, error) instead of
-raising, so one bad answer becomes a record, not a dead run. Standard library only."""
+raising, so one bad answer becomes a record, not a dead run. The transport is ``eval.http``."""
 
 from __future__ import annotations
 
-import json
-import socket
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
-from dataclasses import dataclass
 
+from eval import http
 
-@dataclass
-class Reply:
-    status: int | None  # HTTP status; None when no status came back (timeout, refused, disconnected)
-    body: object = None  # parsed JSON, or the text when it is not JSON
-    error: str | None = None  # why there is no status, or the error text of a 4xx/5xx
-    seconds: float = 0.0
+Reply = http.Response  # status, body, error, seconds
 
 
 def request(base: str, path: str, payload: dict | bytes | None = None, timeout: float = 300.0,
             method: str | None = None) -> Reply:
-    data = None
-    if payload is not None:
-        data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-    req = urllib.request.Request(base + path, data=data, method=method or ("POST" if data is not None else "GET"),
-                                 headers={"Content-Type": "application/json"})
-    start = time.monotonic()
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as response:
-            return Reply(response.status, _decode(response.read()), None, time.monotonic() - start)
-    except urllib.error.HTTPError as exc:
-        text = exc.read().decode(errors="replace")
-        return Reply(exc.code, _decode(text.encode()), text[:500], time.monotonic() - start)
-    except (TimeoutError, socket.timeout):
-        return Reply(None, None, "client timeout", time.monotonic() - start)
-    except (urllib.error.URLError, ConnectionError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        return Reply(None, None, f"connection error: {reason}", time.monotonic() - start)
-
-
-def _decode(raw: bytes):
-    try:
-        return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return raw.decode(errors="replace")
+    return http.request(base + path, payload, timeout, method)
 
 
 def stream_then_disconnect(base: str, path: str, payload: dict, wait: float = 10.0) -> Reply:
     """POST ``payload`` with ``stream: true``, read until the first ``data:`` chunk (the request is
-    running), then close the socket: a client that went away mid-request."""
-    parsed = urllib.parse.urlsplit(base)
-    body = json.dumps({**payload, "stream": True}).encode()
-    head = (f"POST {path} HTTP/1.1\r\nHost: {parsed.hostname}:{parsed.port}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+    running), then close the connection: a client that went away mid-request."""
     start = time.monotonic()
     status = None
     try:
-        with socket.create_connection((parsed.hostname, parsed.port), timeout=wait) as sock:
-            sock.sendall(head + body)
-            received = b""
-            while b"data:" not in received and time.monotonic() - start < wait:
-                chunk = sock.recv(4096)
-                if not chunk:
+        with http.stream_lines(base + path, {**payload, "stream": True}, timeout=wait) as (status, lines):
+            for line in lines:
+                if line.startswith("data:") or time.monotonic() - start >= wait:
                     break
-                received += chunk
-                if status is None and b"\r\n" in received:
-                    try:
-                        status = int(received.split(b"\r\n", 1)[0].split()[1])
-                    except (IndexError, ValueError):
-                        pass
-    except (TimeoutError, socket.timeout):
-        return Reply(status, None, "disconnected (no data before the wait ran out)", time.monotonic() - start)
-    except OSError as exc:
+    except http.NoResponse as exc:
+        if exc.timed_out:
+            return Reply(status, None, "disconnected (no data before the wait ran out)", time.monotonic() - start)
         return Reply(status, None, f"connection error: {exc}", time.monotonic() - start)
     return Reply(status, None, "disconnected", time.monotonic() - start)
 

@@ -12,7 +12,6 @@ beside it changes the wall times it prints (the checks themselves do not depend 
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -75,28 +74,33 @@ def format_summary(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from eval.cli_types import int_at_least, positive_number
+    from eval.cli_types import Parser, existing_dir, int_at_least, name_list, positive_number
     from eval.tiny_model import cached_build
 
     root = Path(__file__).resolve().parents[2]
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[1])
-    parser.add_argument("--out", type=Path, default=root / "runs" / "soak",
-                        help="output directory, one folder per policy (default runs/soak)")
-    parser.add_argument("--policies", default="radix,exact,scr", help="comma-separated (default radix,exact,scr)")
-    parser.add_argument("--requests", type=int_at_least(1), default=1000, help="load requests per policy (default 1000)")
+    parser = Parser(prog=PROG, description=(
+        "The soak (python -m eval.soak) of every policy on the tiny model, one server at a time: start "
+        "python -m patches.launch_server with the policy's settings (POLICY_ARGS in eval/soak/policies.py; SGLang's "
+        "strict idle leak check on), run the soak against it, stop it, print one table row per policy. Run it alone "
+        "on the machine: an idle SGLang scheduler busy-polls a core, so anything beside it changes the wall times "
+        "(the checks do not depend on speed).\n\nExit status: 0 every policy passed, 1 a check failed, "
+        "2 a usage error."))
+    parser.add_argument("--out", type=Path, default=root / "runs" / "soak", metavar="DIR",
+                        help="output directory, one folder per policy")
+    parser.add_argument("--policies", type=name_list(tuple(POLICY_ARGS)), default=",".join(POLICY_ARGS), metavar="LIST",
+                        help="comma-separated policies")
+    parser.add_argument("--requests", type=int_at_least(1), default=1000, metavar="N", help="load requests per policy")
     parser.add_argument("--minutes", type=positive_number, default=60.0,
-                        help="upper bound on each policy's load phase (default 60)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--concurrency", type=int_at_least(1), default=4, help="parallel conversations (default 4)")
-    parser.add_argument("--tenants", type=int_at_least(1), default=4, help="salts in use (default 4)")
-    parser.add_argument("--exact-sample", type=int_at_least(0), default=8,
-                        help="exact: cached answers compared bit for bit with cold ones (default 8)")
-    parser.add_argument("--model", type=Path, default=None, help="model dir (default: the tiny model)")
+                        help="upper bound on each policy's load phase")
+    parser.add_argument("--seed", type=int, default=0, help="random seed of the load")
+    parser.add_argument("--concurrency", type=int_at_least(1), default=4, metavar="N", help="parallel conversations")
+    parser.add_argument("--tenants", type=int_at_least(1), default=4, metavar="N", help="salts in use")
+    parser.add_argument("--exact-sample", type=int_at_least(0), default=8, metavar="N",
+                        help="exact: cached answers compared bit for bit with cold ones")
+    parser.add_argument("--model", type=existing_dir, default=None, metavar="DIR",
+                        help="model directory (default: the tiny model, built once under .artifacts)")
     args = parser.parse_args(argv)
-    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-    unknown = [p for p in policies if p not in POLICY_ARGS]
-    if unknown or not policies:
-        parser.error(f"--policies: {', '.join(unknown) or 'none given'}; choose from {', '.join(POLICY_ARGS)}")
+    policies = args.policies
     model_dir = args.model or cached_build(root / ".artifacts")
     rows = []
     for policy in policies:

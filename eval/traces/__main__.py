@@ -6,28 +6,35 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
+
+from eval.cli_types import Parser, existing_dir, int_at_least
 
 
 def add_synth(subparsers) -> None:
     from eval.traces import synth
 
-    parser = subparsers.add_parser("synth", help="BCP-shaped CLM agent traces without a GPU")
-    parser.add_argument("--out", required=True, help="trace file to write (JSONL)")
-    parser.add_argument("--questions", type=int, default=synth.DEFAULT_QUESTIONS)
-    parser.add_argument("--seed", type=int, default=0)
+    parser = subparsers.add_parser(
+        "synth", help="BCP-shaped CLM agent traces without a GPU",
+        description="Run the project's CLM agent (eval/bcp, mode clm) with a seeded, scripted stand-in for the "
+                    "model over a synthetic corpus, render every call with the tiny model's tokenizer, and write "
+                    "the calls as a trace (eval/traces/format.py). A summary goes to stdout, progress to stderr.")
+    parser.add_argument("--out", required=True, metavar="FILE", help="trace file to write (JSONL)")
+    parser.add_argument("--questions", type=int_at_least(1), default=synth.DEFAULT_QUESTIONS, metavar="N",
+                        help="questions to run the agent on")
+    parser.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the corpus and the stand-in")
     parser.add_argument("--with-messages", action="store_true", help="store each call's message list too")
     parser.add_argument("--small", action="store_true",
                         help="the small preset (6,144-token budget, short documents; tests and smoke runs)")
-    parser.add_argument("--tokenizer", default=None,
+    parser.add_argument("--tokenizer", type=existing_dir, default=None, metavar="DIR",
                         help="tokenizer directory (default: the tiny model's, built once under .artifacts)")
     parser.set_defaults(run=synth.main)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m eval.traces", description="Agent-run trace tools.")
-    subparsers = parser.add_subparsers(dest="command", required=True)
+    parser = Parser(prog="python -m eval.traces", description="Agent-run trace tools. Exit status: 0 done, "
+                    "2 a usage error.")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="{synth}")
     add_synth(subparsers)
     args = parser.parse_args(argv)
     return args.run(args)

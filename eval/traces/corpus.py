@@ -6,7 +6,7 @@ traces of a realistic shape.
 
 What is realistic here and what is not:
 
-* **Document lengths** follow BCP: about 5,179 words per document on average (``eval_spec.md``
+* **Document lengths** follow BCP: about 5,179 words per document on average (``docs/eval.md``
   §1.1 [R]); we draw word counts from a lognormal with that mean (the spread, ``DOC_WORDS_SIGMA``,
   is our choice: web pages range from stubs to very long pages). The search tool shows the first
   512 tokens of a hit and ``get_document`` the whole text, cut by the agent at
@@ -24,6 +24,7 @@ What is realistic here and what is not:
 Everything is a deterministic function of the seed (``random.Random`` with string seeds hashes them
 with SHA-512, independent of ``PYTHONHASHSEED``).
 """
+# Spec: docs/eval.md
 
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ PARAGRAPH_STARTS = ("value", "self", "line", "class", "string", "else")
 SYLLABLES = ("bra", "ven", "tor", "quil", "sam", "dre", "lo", "mar", "pek", "zun", "ith", "cor",
              "fal", "ner", "wick", "os", "tal", "bri", "mun", "dax", "el", "roth", "vim", "syl")
 
-DOC_WORDS_MEAN = 5179       # eval_spec.md §1.1 [R]: average BCP document length in words
+DOC_WORDS_MEAN = 5179       # docs/eval.md §1.1 [R]: average BCP document length in words
 DOC_WORDS_SIGMA = 0.8       # chosen: lognormal spread of document lengths
 DOC_WORDS_MIN = 150         # chosen: no empty stubs
 TOPIC_TERMS = 4             # chosen: invented terms per question (what its queries search for)

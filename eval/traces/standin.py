@@ -66,8 +66,8 @@ class StandinParams:
     reasoning_sigma: float = 0.6
     reasoning_tokens_max: int = 400
     # [scaled] task steps (search/get_document calls) before submitting, uniform. BCP anchors:
-    # gpt-oss-20b makes 12.6 search calls per question (eval_spec §1.10); the paper's ~1.0M prompt
-    # tokens per question at <= 26.6K context imply ~40-50 calls (eval_spec §2.6.4). With the edit
+    # gpt-oss-20b makes 12.6 search calls per question (docs/eval.md §1.10); the paper's ~1.0M prompt
+    # tokens per question at <= 26.6K context imply ~40-50 calls (docs/eval.md §2.6.4). With the edit
     # turns this gives ~28 calls per question.
     task_steps: tuple[int, int] = (14, 30)
     # [radix] share of task steps that read a whole document (BCP offers get_document; no published
@@ -83,13 +83,13 @@ class StandinParams:
     p_edit_on_nudge: tuple[float, ...] = (0.0, 0.0, 0.9)
     # [radix] a mild edit (after a notice) frees this fraction of the context; an urgent one (warning,
     # ledger) frees down to this fraction of the budget. The CLM prompt says "batch your edits, edit
-    # rarely" (eval_spec §2.1), so edits are few and large.
+    # rarely" (docs/eval.md §2.1), so edits are few and large.
     mild_free_fraction: float = 0.4
     urgent_target_ratio: float = 0.5
     # [chosen] probability that an urgent warning is ignored for one more task step.
     p_ignore_urgent: float = 0.05
     # [radix] an edit deletes the newest task results first with this probability (results that
-    # proved useless; the CLM prompt asks to compact near the end, eval_spec §2.1), else the oldest.
+    # proved useless; the CLM prompt asks to compact near the end, docs/eval.md §2.1), else the oldest.
     p_edit_recent_first: float = 0.85
     # [radix] the newest task-call groups an edit always keeps (0: the latest result may go too).
     keep_recent_groups: int = 0

@@ -38,7 +38,7 @@ from eval.traces.standin import Renderer, StandIn, StandinParams
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_QUESTIONS = 12
-DEFAULT_CHUNK = 512  # the paper's serving recipe: --chunked-prefill-size 512 (eval_spec.md §2.4)
+DEFAULT_CHUNK = 512  # the paper's serving recipe: --chunked-prefill-size 512 (docs/eval.md §2.4)
 
 
 # ---- the tiny tokenizer
@@ -181,7 +181,7 @@ def checkpoints(resume: int, prompt_len: int, sequence_len: int, chunk: int) -> 
 def radix_prefix_estimate(calls: Sequence[TraceCall], chunk: int = DEFAULT_CHUNK) -> list[int]:
     """Prompt tokens SGLang's hybrid radix cache would reuse for each call, replayed in order.
 
-    Assumed (``sglang_internals.md`` §3.3-3.4): the ``no_buffer`` strategy, which SGLang resolves
+    Assumed (``docs/sglang.md`` §3.3-3.4): the ``no_buffer`` strategy, which SGLang resolves
     to with overlap scheduling off and page size 1 (the paper's serving flags). A request may resume
     only where the tree holds a recurrent state for the exact token prefix: at the end of every
     prefill chunk of an earlier request (chunks of ``chunk`` tokens counted from where that request

@@ -14,13 +14,17 @@ RADIX_ARGS = ["--chunked-prefill-size", "32", "--max-running-requests", "4"]
 STRICT_ENV = {"SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE": "1"}
 
 
-def start_server(model_dir, tmp_dir, name, extra_args=(), stock=False, state_pool=True, env=None) -> ServerProcess:
+def start_server(model_dir, tmp_dir, name, extra_args=(), stock=False, state_pool=True, env=None,
+                 graceful_stop=False) -> ServerProcess:
+    """A test server; stopped by killing its process group (SGLang's graceful shutdown costs ~7 s
+    per server on CPU; ``test_validation_server`` keeps it, where a hung shutdown is the bug)."""
     return ServerProcess(
         model_path=str(model_dir),
         log_path=tmp_dir / f"{name}.log",
         extra_args=[*TEST_SERVER_ARGS, *(STATE_POOL_ARGS if state_pool else []), *extra_args],
         stock=stock,
         env={**STRICT_ENV, **(env or {})},
+        graceful_stop=graceful_stop,
     ).start()
 
 

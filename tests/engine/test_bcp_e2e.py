@@ -83,6 +83,9 @@ def test_run_artifacts_are_complete_and_consistent(runs, mode):
         assert manifest["dataset"]["fingerprint"] and manifest["dataset"]["question_ids"] == ["1", "2"]
         assert manifest["run"]["git"]["commit"] and manifest["retrieval"]["backend"] == "bm25s"
         assert manifest["not_a_result"] == "tiny test model"
+        # the server's start-up record, checked against --policy; snippets cut by the tiny model's tokenizer
+        assert manifest["startup"]["policy"] == policy
+        assert manifest["retrieval"]["snippet_unit"] == f"tokens:{manifest['model']['path']}"
         # run files in the BCP format
         records = {r["query_id"]: r for r in (json.loads(p.read_text()) for p in (run_dir / "questions").glob("*.json"))}
         assert sorted(records) == ["1", "2"]
@@ -138,8 +141,8 @@ def test_run_artifacts_are_complete_and_consistent(runs, mode):
 def test_compare_table_over_the_policies(runs, mode):
     tmp, out = runs
     target = tmp / f"compare-{mode}"
-    specs = [f"{policy}={out[policy][mode]}" for policy in POLICIES]
-    assert compare.main(["--runs", *specs, "--out", str(target), "--resamples", "200",
+    specs = [arg for policy in POLICIES for arg in ("--run", f"{policy}={out[policy][mode]}")]
+    assert compare.main([*specs, "--out", str(target), "--resamples", "200",
                          "--model-config", str(_tiny_config())]) == 0
     table = json.loads((target / "table.json").read_text())
     assert table["arms"] == POLICIES
@@ -161,7 +164,7 @@ def test_compare_table_over_the_policies(runs, mode):
 
 def test_compare_refuses_plain_against_clm(runs, capsys):
     tmp, out = runs
-    assert compare.main(["--runs", f"radix={out['radix']['plain']}", f"exact={out['exact']['clm']}",
+    assert compare.main(["--run", f"radix={out['radix']['plain']}", "--run", f"exact={out['exact']['clm']}",
                          "--out", str(tmp / "refused")]) == 2
     assert "agent_config differs" in capsys.readouterr().err
 

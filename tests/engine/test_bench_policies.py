@@ -1,4 +1,4 @@
-"""``python -m eval.bench_policies`` on the small 2-question synthetic CLM set: the same trace
+"""``python -m eval.bench_policies`` on a 1-question synthetic CLM set (15 calls, 53k prompt tokens, edits included): the same trace
 replayed under radix, exact and scr with forced decoding, every ingest check passing, exact's
 reuse equal to ``exact_cache.replay`` on every call, and the table written.
 
@@ -21,8 +21,8 @@ pytestmark = pytest.mark.engine
 
 @pytest.fixture(scope="module")
 def small_trace(tmp_path_factory):
-    path = tmp_path_factory.mktemp("trace") / "small2.jsonl"
-    write_trace(synthesize_small(load_tokenizer(), 2, seed=0).calls, path)
+    path = tmp_path_factory.mktemp("trace") / "small1.jsonl"
+    write_trace(synthesize_small(load_tokenizer(), 1, seed=0).calls, path)
     return path
 
 

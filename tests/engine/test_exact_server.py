@@ -235,3 +235,17 @@ def test_a_warm_answer_decoded_beside_others_is_the_cold_solo_answer(exact_serve
     assert cold["cached_tokens"] == 0
     assert warm["output_ids"] == cold["output_ids"]
     assert warm["logprobs"] == cold["logprobs"]  # bit for bit
+
+
+def test_startup_record_names_the_resolved_settings_and_the_added_flags(exact_server):
+    from dataclasses import asdict
+
+    from exact_cache.config import ExactConfig
+    from policy.events import read_startups
+
+    (startup,) = read_startups(str(exact_server.events_path))
+    assert startup["policy"] == "exact"
+    assert startup["settings"] == asdict(ExactConfig(piece_tokens=B, retain_every=R))
+    args = startup["server_args"]
+    assert args[args.index("--radix-cache-backend") + 1] == "exact"
+    assert args[args.index("--chunked-prefill-size") + 1] == str(B)

@@ -119,3 +119,16 @@ def test_workload_and_its_accounting(radix_server, tmp_path):
         assert [classes[f"wl.c{c}.{t}"] for t in range(5)] == ["first", "append", "append", "edited", "append"]
     lines = (tmp_path / "client.jsonl").read_text().splitlines()
     assert len(lines) == 10 and json.loads(lines[3])["kind"] == "edit"
+
+
+def test_events_file_starts_with_the_startup_record(radix_server):
+    """One start-up record, written by the launcher before SGLang started, first in the file."""
+    from policy.events import read_startups
+
+    first_line = json.loads(radix_server.events_path.read_text().splitlines()[0])
+    (startup,) = read_startups(str(radix_server.events_path))
+    assert first_line == startup
+    assert (startup["policy"], startup["settings"], startup["versions"]["sglang"]) == ("radix", {}, "0.5.16")
+    assert startup["versions"]["overlay"] and startup["versions"]["torch"]
+    args = startup["server_args"]
+    assert args[args.index("--chunked-prefill-size") + 1] == "32" and "--cache-policy" not in args

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from eval.server import output_record, wait_for_events
-from policy.log_lines import parse_line
+from scr.authors_log import parse_line
 from tests.engine.conftest import start_server
 from tests.engine.prompts import prompt_ids
 from tests.reference.hybrid_reference import Reference

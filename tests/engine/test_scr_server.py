@@ -1,17 +1,18 @@
 """``--cache-policy scr`` on the tiny model: relocation, its accounting, fallbacks, state modes.
 
 Conversations are token-id prompts (``/generate``). A session is matched by content (common
-prefix >= 1024 tokens of the first 8192, ``scr_spec.md`` §4.3), so every edited turn keeps the
+prefix >= 1024 tokens of the first 8192, ``docs/scr.md`` §4.3), so every edited turn keeps the
 first 1200 tokens. SGLang's strict idle leak check is on (``STRICT_ENV``): a KV slot not returned
 after a splice stops the scheduler, which ``fatal_lines`` reports.
 """
+# Spec: docs/scr.md
 
 from __future__ import annotations
 
 import pytest
 
 from eval.server import output_record, wait_for_events
-from policy.log_lines import parse_line
+from scr.authors_log import parse_line
 from tests.engine.conftest import start_server
 from tests.engine.prompts import prompt_ids
 
@@ -83,7 +84,7 @@ def test_middle_deletions_relocate_rows_on_later_turns(scr_server):
         assert event["moved"] > 0, event
         assert 1 <= event["blocks"] <= MAX_BLOCKS
         assert event["prefix_reused"] + event["moved"] + event["read"] == event["prompt_tokens"]
-        # SGLang counts the relocated rows twice in cached_tokens (scr_spec §7.5, §12).
+        # SGLang counts the relocated rows twice in cached_tokens (docs/scr.md §7.5, §12).
         assert record["cached_tokens"] == event["prefix_reused"] + 2 * event["moved"]
         assert len(record["output_ids"]) == 8
     (banner,) = log_records(scr_server, "scr_site")  # what the authors' report reads K from
@@ -162,7 +163,7 @@ def test_conversation_longer_than_a_side_slot_falls_back(scr_server):
 def test_each_ssm_mode_runs(scr_server, mode):
     """fork restores the saved state at block 1; none relocates without it; strict declines every
     default-path plan: its snapshot covers the whole previous prompt, more than the surviving rows
-    (scr_spec §9.5)."""
+    (docs/scr.md §9.5)."""
     salt = f"kvreuse:knobs:ssm={mode}"
     records = run_turns(scr_server, conversation(60 + len(mode))[:2], f"mode-{mode}", extra_key=salt)
     event = events_of(scr_server, f"mode-{mode}", 2)[1]
@@ -179,7 +180,7 @@ def test_each_ssm_mode_runs(scr_server, mode):
 
 def test_request_finishing_on_its_first_token_marks_its_state_stale(scr_server):
     """A one-chunk prompt that finishes on its first token is released inside the prefill result,
-    before the state hook runs: its session's state is marked stale (scr_spec §9.2)."""
+    before the state hook runs: its session's state is marked stale (docs/scr.md §9.2)."""
     first, second, _ = conversation(71)
     scr_server.generate(first[:200], 1, rid="stale.0")  # short: one chunk, finishes at once
     assert "ssm snapshot dropped: rid=stale.0" in scr_server.log_text()
@@ -257,7 +258,7 @@ def test_relocated_rows_in_the_tree_serve_the_next_append(tiny_model_dir, tmp_pa
 
 def test_short_pool_evicts_from_the_tree_and_retries_the_allocation(tiny_model_dir, tmp_path_factory):
     """A 4096-slot pool holding two earlier prompts has too few free slots for the splice: the
-    tree is evicted and the allocation retried once (scr_spec §10.3); nothing leaks."""
+    tree is evicted and the allocation retried once (docs/scr.md §10.3); nothing leaks."""
     tmp = tmp_path_factory.mktemp("evict")
     args = ["--chunked-prefill-size", "256", "--max-running-requests", "4", "--cache-policy", "scr", *SIDE,
             "--cache-events", str(tmp / "events.jsonl")]

@@ -32,7 +32,8 @@ TIMEOUT = 60.0
 @pytest.fixture(scope="module")
 def server(tiny_model_dir, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("validation")
-    server = start_server(tiny_model_dir, tmp, "validation", [*RADIX_ARGS, "--cache-policy", "radix"])
+    server = start_server(tiny_model_dir, tmp, "validation", [*RADIX_ARGS, "--cache-policy", "radix"],
+                          graceful_stop=True)
     yield server
     server.stop()
     assert server.fatal_lines() == [], server.log_tail()

@@ -6,7 +6,7 @@ Independence: this file imports nothing from the repo's ``patches``, ``scr``, ``
 weights and the trivial submodules (``nn.Linear`` projections, the zero-centred ``(1 + w)`` RMSNorms, the
 SwiGLU MLP, the embedding); the attention math, partial NeoX RoPE, the GDN causal conv with carried state,
 the gates, the gated delta rule and the gated output norm are written out here from
-/work/shared/docs/model_spec.md §2 and checked against transformers' own forward (tests).
+docs/model.md §2 and checked against transformers' own forward (tests).
 
 Caches (what a server holds between requests):
 
@@ -15,7 +15,7 @@ Caches (what a server holds between requests):
 * GDN layers: ``conv[i]`` ``[conv_dim, kernel - 1]`` = the last ``kernel - 1`` raw ``in_proj_qkv`` rows
   (pre-conv, pre-SiLU, channels ``[q | k | v]``; the SGLang convention, transformers keeps ``kernel``
   columns), and ``recurrent[i]`` ``[value_heads, k_dim, v_dim]`` fp32 (FLA / transformers K-major layout,
-  ``o_t = S_t^T q_t``; model_spec.md §2.2 says SGLang's pool may be V-major ``[.., v_dim, k_dim]``: check
+  ``o_t = S_t^T q_t``; docs/model.md §2.2 says SGLang's pool may be V-major ``[.., v_dim, k_dim]``: check
   the layout, and transpose, when comparing).
 
 Split invariance: with ``gdn="recurrent"`` (default, the per-token delta rule) each token's computation does
@@ -27,6 +27,7 @@ the tests allow 1e-5 / 1e-6). ``gdn="chunk"`` runs the chunked (WY/UT) form with
 the start of each read, as FLA and transformers do for a prefill: 2x faster on long reads, the same function
 up to fp32 rounding (~1e-6 in states, ~2e-5 in logits), but not split-invariant.
 """
+# Spec: docs/model.md
 
 from __future__ import annotations
 
@@ -215,7 +216,7 @@ def gated_delta_recurrent(q, k, v, g, beta, state):
 
 
 def gated_delta_chunk(q, k, v, g, beta, state, chunk_size: int = 64):
-    """Chunked (WY/UT) form of the same rule, chunks aligned to the first row (model_spec.md §2.2)."""
+    """Chunked (WY/UT) form of the same rule, chunks aligned to the first row (docs/model.md §2.2)."""
     S = state.clone()
     T = q.shape[0]
     out = torch.empty(v.shape, dtype=torch.float32)

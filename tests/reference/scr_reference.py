@@ -2,7 +2,7 @@
 
 Built on ``tests/reference/hybrid_reference.py`` (transformers weights, our own explicit-cache
 forward) and, like it, imports nothing from ``scr/``, ``patches/``, ``policy/`` or ``eval/``: the
-numbers come from the relocation rules alone (``docs``: scr_spec §5.2, §7, §8, §9), not from the
+numbers come from the relocation rules alone (``docs``: docs/scr.md §5.2, §7, §8, §9), not from the
 code under test. Given the server's *decisions* for a request (where each relocated block starts
 in the new prompt, where its rows sat in the previous sequence, how many), ``Conversation.serve``
 returns the logprobs and greedy ids the server must produce:

@@ -15,9 +15,36 @@ import torch
 from transformers import Qwen3_5ForConditionalGeneration
 from transformers.models.qwen3_5.modeling_qwen3_5 import apply_rotary_pos_emb
 
-from patches.rope import rerotate_keys
+from patches.rope import rerotate_keys_from_cache
 
 TOLERANCE = 1e-4
+
+
+def rerotate_keys(keys: torch.Tensor, delta: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
+    """The fp64-angle reference: keys ``[n, heads, head_dim]`` rotated by ``delta[n]`` positions.
+
+    The server rotates with the model's own cos/sin table (``rerotate_keys_from_cache``); this one
+    forms the angles Δ·θ in float64, so it shows what the rotation itself costs in accuracy.
+
+    ``inv_freq`` has ``rotary_dim / 2`` entries (the rotary embedding's inverse frequencies).
+    Returns a new tensor in ``keys.dtype``; rows with ``delta == 0`` come back unchanged.
+    """
+    half = inv_freq.shape[0]
+    rotary_dim = 2 * half
+    if rotary_dim > keys.shape[-1]:
+        raise ValueError(f"rotary_dim {rotary_dim} exceeds head_dim {keys.shape[-1]}")
+    angles = delta.to(torch.float64)[:, None] * inv_freq.to(torch.float64)[None, :]  # [n, half]
+    cos = torch.cos(angles).to(torch.float32)[:, None, :]  # [n, 1, half]
+    sin = torch.sin(angles).to(torch.float32)[:, None, :]
+    rot = keys[..., :rotary_dim].to(torch.float32)
+    first, second = rot[..., :half], rot[..., half:]
+    moved = torch.cat([first * cos - second * sin, second * cos + first * sin], dim=-1)
+    out = keys.clone()
+    out[..., :rotary_dim] = moved.to(keys.dtype)
+    unchanged = delta == 0
+    if unchanged.any():
+        out[unchanged] = keys[unchanged]
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -94,8 +121,6 @@ def _cos_sin_cache(inv_freq: torch.Tensor, max_pos: int) -> torch.Tensor:
 def test_rerotation_from_the_cos_sin_table_equals_the_fresh_key(layer, delta):
     """The server's variant (the model's own cos/sin table, sum identities in fp32) meets the same
     1e-4 bound as the fp64-angle variant."""
-    from patches.rope import rerotate_keys_from_cache
-
     text, attn = layer
     hidden = torch.randn(12, text.config.hidden_size, generator=torch.Generator().manual_seed(9))
     old = torch.arange(3000, 3012)
@@ -107,8 +132,6 @@ def test_rerotation_from_the_cos_sin_table_equals_the_fresh_key(layer, delta):
 
 
 def test_rerotation_from_the_table_leaves_unmoved_rows_bit_identical(layer):
-    from patches.rope import rerotate_keys_from_cache
-
     text, attn = layer
     keys = keys_at(text, attn, torch.randn(3, text.config.hidden_size), torch.tensor([5, 6, 7]))
     table = _cos_sin_cache(text.rotary_emb.inv_freq, 64)

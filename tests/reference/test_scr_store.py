@@ -1,10 +1,10 @@
-"""patches/scr_store.py on plain tensors shaped like SGLang's pools."""
+"""patches/scr_tensors.py (side buffer, state shadow) on plain tensors shaped like SGLang's pools."""
 
 from __future__ import annotations
 
 import torch
 
-from patches.scr_store import SideBuffer, StateShadow
+from patches.scr_tensors import SideBuffer, StateShadow
 
 
 def pools(layers=2, rows=50, heads=2, dim=4):
@@ -40,11 +40,10 @@ def test_incremental_store_copies_only_new_rows():
     assert torch.equal(side.kv[0][0][2:5], pool[0][0][torch.tensor([10, 11, 12])])
 
 
-def test_start_line_and_sizes():
+def test_bytes_per_token():
     side = SideBuffer(pools(layers=2, heads=2, dim=4), sessions=3, tokens=1024)
     # 2 layers x (K + V) x 2 heads x 4 dims x 4 bytes = 128 bytes per token
     assert side.bytes_per_token == 128
-    assert side.start_line() == "side buffer: 3 slots x 1024 tokens (0.00 GiB, 0.1 KiB/token)"
 
 
 def test_state_shadow_round_trip():

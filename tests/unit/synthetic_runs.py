@@ -1,4 +1,4 @@
-"""Synthetic runs with known ground truth, for the accounting tests (``eval_spec.md`` §5.6).
+"""Synthetic runs with known ground truth, for the accounting tests (``docs/eval.md`` §5.6).
 
 ``simulate(policy, ...)`` plays editing conversations against a toy server: token sequences are
 built from segments (system prompt shared by all conversations, user turns, replies); turns
@@ -23,7 +23,7 @@ from pathlib import Path
 
 from patches.events import EventWriter
 from policy.events import RequestEvent
-from policy.log_lines import format_line
+from scr.authors_log import format_line
 
 KEXT = 16  # tokens at the end of each relocated span that are forwarded (KVREUSE_V6_MIN_EXTEND)
 MINTAIL = 64

@@ -1,4 +1,5 @@
 """compare: refuses runs that differ in more than the policy; builds the §5.9 table on synthetic runs."""
+# Spec: docs/eval.md
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import json
 
 
 from eval.bcp import compare
-from eval.bcp.run import execute, judge_run, score
+from eval.bcp.execute import execute
+from eval.bcp.judging import judge_run
+from eval.bcp.scoring import score
 from policy.events import RequestEvent
 from tests.unit.test_bcp_journal import QUERIES, setup, two_turn_script
 
@@ -62,7 +65,7 @@ def test_compare_builds_the_table_and_plots(tmp_path):
     radix = make_run(tmp_path, "a", "radix", {"1": True, "2": True, "3": False, "4": False}, reused=50)
     exact = make_run(tmp_path, "b", "exact", {"1": True, "2": False, "3": True, "4": False}, reused=100)
     out = tmp_path / "cmp"
-    assert compare.main(["--runs", f"radix={radix}", f"exact={exact}", "--out", str(out), "--resamples", "200"]) == 0
+    assert compare.main(["--run", f"radix={radix}", "--run", f"exact={exact}", "--out", str(out), "--resamples", "200"]) == 0
     table = json.loads((out / "table.json").read_text())
     assert table["arms"] == ["radix", "exact"] and table["not_a_result"] == {}
     rows = {(r["group"], r["row"]): r["values"] for r in table["rows"]}
@@ -89,16 +92,16 @@ def test_compare_refuses_runs_that_differ_in_more_than_the_policy(tmp_path, caps
     radix = make_run(tmp_path, "a", "radix", dict.fromkeys("1234", True), reused=50)
     other = make_run(tmp_path, "b", "exact", dict.fromkeys("1234", True), reused=50, temperature=0.0)
     out = tmp_path / "cmp"
-    assert compare.main(["--runs", f"radix={radix}", f"exact={other}", "--out", str(out)]) == 2
+    assert compare.main(["--run", f"radix={radix}", "--run", f"exact={other}", "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert "refused" in err and "agent_config differs" in err and "temperature" in err
     assert not (out / "table.md").exists()
     # ... unless that difference is named, and then it is printed with the table.
-    assert compare.main(["--runs", f"radix={radix}", f"exact={other}", "--out", str(out), "--ignore", "agent_config",
+    assert compare.main(["--run", f"radix={radix}", "--run", f"exact={other}", "--out", str(out), "--ignore", "agent_config",
                          "--resamples", "100"]) == 0
     assert "agent_config differs" in (out / "table.md").read_text()
     same = make_run(tmp_path, "c", "radix", dict.fromkeys("1234", True), reused=50)
-    assert compare.main(["--runs", f"radix={radix}", f"again={same}", "--out", str(tmp_path / "x")]) == 2
+    assert compare.main(["--run", f"radix={radix}", "--run", f"again={same}", "--out", str(tmp_path / "x")]) == 2
     assert "share a policy" in capsys.readouterr().err
 
 
@@ -111,7 +114,7 @@ def test_judge_failures_and_stub_runs_are_stamped_not_a_result(tmp_path):
     judgment = json.loads((radix / "judge" / "1.json").read_text())
     assert judgment["parse_error"] is True and judgment["correct"] is False and judgment["judged"] is True
     out = tmp_path / "cmp"
-    assert compare.main(["--runs", str(radix), str(exact), "--out", str(out), "--resamples", "100"]) == 0
+    assert compare.main(["--run", f"radix={radix}", "--run", f"exact={exact}", "--out", str(out), "--resamples", "100"]) == 0
     md = (out / "table.md").read_text()
     assert md.startswith("# NOT A RESULT") and "judge failure" in md and "server kind 'stub'" in md
     assert "NOT A RESULT" in (out / "table.csv").read_text()
@@ -122,7 +125,7 @@ def test_compare_with_an_aa_run_reports_the_noise_floor(tmp_path):
     again = make_run(tmp_path, "a2", "radix", {"1": True, "2": False, "3": False, "4": False}, reused=50)
     exact = make_run(tmp_path, "b", "exact", {"1": True, "2": True, "3": True, "4": False}, reused=50)
     out = tmp_path / "cmp"
-    assert compare.main(["--runs", str(radix), str(exact), "--aa", str(again), "--out", str(out), "--resamples", "100"]) == 0
+    assert compare.main(["--run", f"radix={radix}", "--run", f"exact={exact}", "--aa", str(again), "--out", str(out), "--resamples", "100"]) == 0
     rows = {(r["group"], r["row"]): r["values"] for r in json.loads((out / "table.json").read_text())["rows"]}
     assert rows[("accuracy", "A/A discordance (noise floor: radix twice)")] == ["0.250 (b 1, c 0)", "0.250 here"]
-    assert compare.main(["--runs", str(radix), str(exact), "--aa", str(exact), "--out", str(out)]) == 2
+    assert compare.main(["--run", f"radix={radix}", "--run", f"exact={exact}", "--aa", str(exact), "--out", str(out)]) == 2

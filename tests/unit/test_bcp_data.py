@@ -1,4 +1,5 @@
 """eval.bcp.data: the §1.3 decryption, loading and validation; eval.bcp.fixtures loads back."""
+# Spec: docs/eval.md
 
 from __future__ import annotations
 

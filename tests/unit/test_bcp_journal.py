@@ -9,7 +9,7 @@ import pytest
 from eval.bcp import journal as journal_mod
 from eval.bcp.config import AgentConfig
 from eval.bcp.data import Query
-from eval.bcp.run import RunSetup, execute
+from eval.bcp.execute import RunSetup, execute
 from tests.unit.test_bcp_agent import ANSWER, FakeEndpoint, FakeToolBox, native_call
 
 QUERIES = [Query(str(i), f"question {i}?", f"answer {i}", (str(10 + i),), (str(10 + i),)) for i in range(1, 5)]

@@ -1,4 +1,5 @@
 """eval.bcp.metrics: §1.9 metrics against values computed by hand."""
+# Spec: docs/eval.md
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
 """eval.bcp.stats against scipy and the §5.8 arithmetic."""
+# Spec: docs/eval.md
 
 from __future__ import annotations
 

@@ -85,15 +85,17 @@ def test_compare_baseline_option_and_bad_input(runs, tmp_path, capsys):
     assert report.main(["compare", "--run", f"exact={dirs['exact']}", "--out", str(out), "--baseline", "radix"]) == 2
     assert "baseline 'radix' is not one of the runs" in capsys.readouterr().err
     assert report.main(["compare", "--run", f"a={dirs['exact']}", "--run", f"a={dirs['scr']}", "--out", str(out)]) == 2
+    assert capsys.readouterr().err.count("\n") == 1  # one line per usage error, no traceback
     assert report.main(["compare", "--run", f"a={tmp_path / 'missing'}", "--out", str(out)]) == 2
+    assert capsys.readouterr().err == f"python -m eval.report: error: --run a={tmp_path / 'missing'}: no such directory\n"
 
 
-def test_compare_exits_2_when_a_run_failed_its_checks(runs, tmp_path, capsys):
+def test_compare_exits_1_when_a_run_failed_its_checks(runs, tmp_path, capsys):
     dirs, _ = runs
     summary = json.loads((dirs["exact"] / "summary.json").read_text())
     summary["checks_failed"] = ["I1 x: broken"]
     (dirs["exact"] / "summary.json").write_text(json.dumps(summary))
     out = tmp_path / "c"
-    assert report.main(["compare", *(f"--run={p}={dirs[p]}" for p in POLICIES), "--out", str(out)]) == 2
+    assert report.main(["compare", *(f"--run={p}={dirs[p]}" for p in POLICIES), "--out", str(out)]) == 1
     assert "CHECK FAILED [exact] I1 x: broken" in capsys.readouterr().err
     assert "| checks | pass | FAILED (1) | pass |" in (out / "table.md").read_text()

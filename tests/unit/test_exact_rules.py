@@ -1,5 +1,5 @@
 """``exact_cache``: the rules (cuts, hit rule, keep points), ``ExactConfig``, ``ExactPolicy.plan``
-and the ``replay`` model, against hand-computed tables (``exact_cache_spec.md`` §1, §5.4).
+and the ``replay`` model, against hand-computed tables (``docs/exact.md`` §1, §5.4).
 
 Unless a case says otherwise: B = 64 (piece), R = 256 (retention interval), S = 0 (spec drop).
 Notation in the comments: L = prompt length, m = matched depth, A = resume bound, c* = resume,

@@ -20,7 +20,7 @@ from eval.fidelity.__main__ import main
 from eval.fidelity.run import UsageError, check_loopback, read_events
 from eval.fidelity.scenarios import (DEFAULT_ARMS, Arm, ScenarioError, arm_salt, change_kind, cold_salt,
                                      default_scenarios, parse_spec, prompt_ids, salt_problem)
-from scr.config import parse_request_knobs
+from scr.knobs import parse_request_knobs
 
 ROOT = Path(__file__).resolve().parents[2]
 LN2 = math.log(2)
@@ -157,7 +157,7 @@ def test_default_scenarios_are_deterministic_and_in_vocab():
     assert mid[1] == tuple(mid[0][:1400] + mid[0][1600:] + tuple(prompt_ids(12, 40)))
     assert all(10 <= t < 400 for s in first for turn in s.turns for t in turn)
     assert all(s.arms == DEFAULT_ARMS for s in first)
-    # Every edit keeps the first 1024 tokens, so the session matches (scr_spec §4.3).
+    # Every edit keeps the first 1024 tokens, so the session matches (docs/scr.md §4.3).
     assert all(turn[:1024] == s.turns[0][:1024] for s in first for turn in s.turns)
 
 

@@ -1,4 +1,4 @@
-"""eval/accounting/flops.py against hand arithmetic (model_spec.md §4, eval_spec.md §5.7)."""
+"""eval/accounting/flops.py against hand arithmetic (docs/model.md §4, docs/eval.md §5.7)."""
 
 from __future__ import annotations
 
@@ -62,17 +62,17 @@ def test_request_pflops():
 
 
 def test_qwen36_27b_paper_constants_as_printed():
-    # eval_spec.md §2.6.2 / model_spec.md §4: GFLOPs per token to two decimals, N_body = 24.3532e9.
+    # docs/eval.md §2.6.2 / docs/model.md §4: GFLOPs per token to two decimals, N_body = 24.3532e9.
     g = QWEN36_27B
     printed = [round(f(g) / 1e9, 2) for f in (flops.mlp_flops_per_token, flops.attention_projection_flops_per_token,
                                                flops.gdn_projection_flops_per_token, flops.body_flops_per_token)]
     assert printed == [34.23, 3.36, 11.12, 48.70]
     assert round(flops.n_body(g) / 1e9, 4) == 24.3532 and round(2 * flops.n_body(g) / 1e9, 3) == 48.706
-    # eval_spec.md §5.7: the components are 70.3 %, 6.9 % and 22.8 % of the linear term.
+    # docs/eval.md §5.7: the components are 70.3 %, 6.9 % and 22.8 % of the linear term.
     body = flops.body_flops_per_token(g)
     shares = [round(100 * f(g) / body, 1) for f in (flops.mlp_flops_per_token,
                                                      flops.attention_projection_flops_per_token,
                                                      flops.gdn_projection_flops_per_token)]
     assert shares == [70.3, 6.9, 22.8]
-    # The paper's 10.98 PFLOPs per question is ~225k read + decode tokens (eval_spec.md §2.6.4).
+    # The paper's 10.98 PFLOPs per question is ~225k read + decode tokens (docs/eval.md §2.6.4).
     assert round(10.98e15 / (2 * flops.n_body(g)) / 1e3) == 225

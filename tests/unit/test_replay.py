@@ -180,7 +180,7 @@ def trace_file(tmp_path) -> Path:
 @pytest.mark.parametrize("args, words", [
     (["--server", "http://10.0.0.1:30000"], "only a loopback server"),
     (["--concurrency", "0"], "must be >= 1"),
-    (["--run", "a.b"], "without white space or '.'"),
+    (["--run-id", "a.b"], "without white space or '.'"),
     (["--trace", "/nonexistent/trace.jsonl"], "--trace /nonexistent/trace.jsonl"),
 ])
 def test_usage_errors_exit_2_with_one_line(args, words, trace_file, tmp_path, capsys):
@@ -205,8 +205,8 @@ def test_cli_end_to_end_with_a_fake_transport(trace_file, tmp_path, capsys, monk
     monkeypatch.setattr(replay_run, "check_reachable", lambda base: None)
     monkeypatch.setattr(replay_run.client, "request", lambda base, path, payload, timeout: server(path, payload))
     argv = ["--server", "http://localhost:30000/", "--trace", str(trace_file), "--out", str(tmp_path / "o"),
-            "--run", "x", "--concurrency", "1"]
-    assert main(argv) == 2
+            "--run-id", "x", "--concurrency", "1"]
+    assert main(argv) == 1  # the server's ids differ from the trace: a failed check
     assert "x.c1.1" in capsys.readouterr().err
     server.wrong.clear()
     assert main(argv) == 0

@@ -1,4 +1,5 @@
 """``scr.diff``: the SCR token diff (spec §6.1–§6.3, §4.2 step 9, authors' tests §13.1 #5–#7)."""
+# Spec: docs/scr.md
 
 from __future__ import annotations
 

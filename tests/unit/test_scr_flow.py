@@ -6,11 +6,12 @@ import random
 
 import pytest
 
-from scr.config import ScrConfig, parse_request_knobs
-from scr.cursor import Decision, Splice, SpliceCursor
+from scr.cursor import Decision, NextBlock, Splice, SpliceCursor, phase1_step
 from scr.intercept import intercept
+from scr.knobs import parse_request_knobs
 from scr.planner import Block
 from scr.sessions import SessionTable
+from scr.settings import ScrConfig
 
 CFG = ScrConfig(side_sessions=2, side_tokens=5000)
 
@@ -77,10 +78,10 @@ def test_cursor_reads_to_each_stop_then_splices():
     assert cursor.decide(radix_n0=1024, chunked_slot_busy=False, gate_allows=True) == Decision("phase1")
     assert cursor.at_prefix(1200) == "read"
     assert cursor.at_prefix(1500) == Splice(blocks_two()[0], 1, arm_restore=True)
-    assert cursor.spliced_block() == 3000
+    assert cursor.after_splice() == NextBlock(3000, blocks_two()[1], 2, 0)
     assert cursor.at_prefix(2900) == "read"
     assert cursor.at_prefix(3000) == Splice(blocks_two()[1], 2, arm_restore=False)
-    assert cursor.spliced_block() is None
+    assert cursor.after_splice() == NextBlock(None, None, 0, 0)
 
 
 def test_cursor_deferrals_and_direct_splice():
@@ -104,9 +105,26 @@ def test_cursor_abort_and_multiblock_drop():
     cursor = SpliceCursor(overlapping, lead_new_end=1500, splice_retry=8, restore=True)
     cursor.decide(0, False, True)
     assert isinstance(cursor.at_prefix(1500), Splice)
-    assert cursor.spliced_block() is None  # next stop 2700 <= 1500 + 1284: abandoned
+    # The next stop 2700 <= 1500 + 1284: block 2 is abandoned.
+    assert cursor.after_splice() == NextBlock(None, overlapping[1], 2, 1)
 
 
 def test_cursor_needs_a_block():
     with pytest.raises(ValueError, match="at least one block"):
         SpliceCursor((), lead_new_end=0, splice_retry=0, restore=False)
+
+
+@pytest.mark.parametrize(
+    "prefix, waiting_queue, expected",
+    [
+        pytest.param(1200, False, ("read", None), id="below-stop-chunked"),
+        pytest.param(1200, True, ("read", None), id="below-stop-queue"),
+        pytest.param(1500, False, ("splice", Splice(blocks_two()[0], 1, arm_restore=True)), id="at-stop-chunked"),
+        pytest.param(1500, True, ("abort", "prefix 1500 reached the stop on the waiting queue"), id="at-stop-queue"),
+        pytest.param(1600, False, ("abort", "re-entered with prefix 1600 beyond |A|+|B'| 1500"), id="past-stop"),
+        pytest.param(1600, True, ("abort", "re-entered with prefix 1600 beyond |A|+|B'| 1500"), id="past-stop-queue"),
+    ],
+)
+def test_phase1_step(prefix, waiting_queue, expected):
+    cursor = SpliceCursor(blocks_two(), lead_new_end=1500, splice_retry=8, restore=True)
+    assert phase1_step(cursor, prefix, waiting_queue) == expected

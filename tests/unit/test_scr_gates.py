@@ -1,4 +1,5 @@
-"""scr/gates.py: the recurrent-state gate (§9.3) and the fallback rule (§9.5, the authors' §13.1 tests 2-4)."""
+"""scr/gates.py: the recurrent-state gate (§9.3; the authors' §13.1 tests 2-4)."""
+# Spec: docs/scr.md
 
 from __future__ import annotations
 
@@ -13,11 +14,11 @@ HYBRID = dict(has_mamba=True, shadow_ready=True, has_snapshot=True)
     "kwargs, expected",
     [
         (dict(mode="fork", rows=0, ssm_tokens=10, **HYBRID), Gate(False, reason="no_rows")),
-        (dict(mode="fork", rows=500, ssm_tokens=600, **HYBRID), Gate(True, 500, True)),
+        (dict(mode="fork", rows=500, ssm_tokens=600, **HYBRID), Gate(True, restore=True)),
         (dict(mode="strict", rows=500, ssm_tokens=600, **HYBRID),
          Gate(False, reason="strict_snapshot_longer_than_rows")),
-        (dict(mode="strict", rows=500, ssm_tokens=400, **HYBRID), Gate(True, 400, True)),
-        (dict(mode="none", rows=500, ssm_tokens=-1, **HYBRID), Gate(True, 500, False)),
+        (dict(mode="strict", rows=500, ssm_tokens=400, **HYBRID), Gate(True, restore=True)),
+        (dict(mode="none", rows=500, ssm_tokens=-1, **HYBRID), Gate(True)),
         (dict(mode="fork", rows=500, ssm_tokens=-1, **HYBRID), Gate(False, reason="no_snapshot")),
         (dict(mode="strict", rows=500, ssm_tokens=-1, **HYBRID), Gate(False, reason="no_snapshot")),
         (dict(mode="fork", rows=500, ssm_tokens=600, has_mamba=True, shadow_ready=True, has_snapshot=False),
@@ -25,10 +26,10 @@ HYBRID = dict(has_mamba=True, shadow_ready=True, has_snapshot=True)
         (dict(mode="fork", rows=500, ssm_tokens=600, has_mamba=True, shadow_ready=False, has_snapshot=False),
          Gate(False, reason="no_shadow")),
         (dict(mode="fork", rows=500, ssm_tokens=-1, has_mamba=False, shadow_ready=False, has_snapshot=False),
-         Gate(True, 500, False, "ssm_na")),
+         Gate(True, reason="ssm_na")),
         (dict(mode="none", rows=500, ssm_tokens=-1, has_mamba=True, shadow_ready=False, has_snapshot=False),
          Gate(False, reason="no_shadow")),
-        (dict(mode="fork", rows=500, ssm_tokens=600, window=128, **HYBRID), Gate(True, 372, True, "swa_capped")),
+        (dict(mode="fork", rows=500, ssm_tokens=600, window=128, **HYBRID), Gate(True, restore=True, reason="swa_capped")),
         (dict(mode="fork", rows=100, ssm_tokens=600, window=128, **HYBRID), Gate(False, reason="swa_too_short")),
     ],
     ids=["no-rows", "fork", "strict-declines-default-path", "strict-covered", "none-needs-no-snapshot",

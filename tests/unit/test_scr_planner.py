@@ -1,4 +1,5 @@
 """``scr.planner``: the default-path K-block relocation plan (spec §6.5, §4.2 step 10)."""
+# Spec: docs/scr.md
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import random
 import pytest
 
 from scr.diff import difflib_opcodes
-from scr.planner import Block, candidate_ops, leading_equal_end, plan_blocks, plan_spans
+from scr.planner import Block, candidate_ops, leading_equal_end, plan_blocks, plan_spans, schedule_blocks
 
 
 def build(*parts):
@@ -277,3 +278,24 @@ def test_long_several_edits():
     new = base[:1200] + y[:40] + base[1500:2600] + base[2650:4000] + y[40:] + base[4010:5990]
     assert plan_spans(new=new, old=base) == [
         (1500, 1240, 1084), (2650, 2340, 1334), (4010, 3990, 1964)]
+
+
+def _b(new_start, num_rows, n_c=None):
+    n_c = num_rows + 16 if n_c is None else n_c
+    return Block(new_start + 100, new_start, num_rows, n_c, new_start + n_c)
+
+
+@pytest.mark.parametrize(
+    "accepted, gap, expected",
+    [
+        pytest.param([], 0, [], id="none"),
+        pytest.param([_b(500, 200)], 0, [_b(500, 200)], id="one"),
+        pytest.param([_b(900, 300), _b(100, 200)], 0, [_b(100, 200), _b(900, 300)], id="new-start-order"),
+        # 900 - (100 + 216 - 16) = 600 >= 500: both kept.
+        pytest.param([_b(900, 300), _b(100, 200)], 500, [_b(100, 200), _b(900, 300)], id="gap-kept"),
+        # The gap filter keeps only the earliest block; the plan is still the largest one.
+        pytest.param([_b(900, 300), _b(100, 200)], 700, [_b(900, 300)], id="gap-quirk-largest"),
+    ],
+)
+def test_schedule_blocks(accepted, gap, expected):
+    assert schedule_blocks(accepted, kext=16, mb_min_gap=gap) == expected

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from policy.api import Arrival, Extend
-from scr.config import ScrConfig
 from scr.policy import ScrPolicy
+from scr.settings import ScrConfig
 
 GOOD = {"chunked_prefill_size": 512, "tp_size": 1, "disable_radix_cache": False}
 
@@ -53,3 +53,74 @@ def test_kvreuse_off_takes_no_session():
     policy = ScrPolicy(ScrConfig())
     assert policy.admit(list(range(2000)), "kvreuse:off").kind == "off"
     assert len(policy.sessions) == 0
+
+
+def planned(config=None):
+    """A policy with one stored turn and the plan of an edited second turn."""
+    policy = ScrPolicy(config or ScrConfig())
+    old = list(range(3000))
+    first = policy.admit(old, None)
+    policy.store_turn(first.sid, old + [7, 7])
+    new = old[:1500] + old[1700:] + [9] * 30
+    return policy, policy.admit(new, None), new
+
+
+@pytest.mark.parametrize(
+    "case, expected",
+    [
+        pytest.param("pinned", (True, True, "s000001"), id="pinned-ids-match"),
+        pytest.param("wrong-ids", (False, False, "s000001"), id="ids-differ"),
+        pytest.param("wrong-ids-no-t6", (True, False, "s000001"), id="ids-differ-guard-off"),
+        pytest.param("slot-released", (False, False, None), id="slot-released"),
+        pytest.param("slot-retaken", (False, True, "s000001"), id="slot-taken-again"),
+    ],
+)
+def test_splice_guard(case, expected):
+    # One side slot, so a released slot comes back as the same number with a new generation.
+    policy, outcome, new = planned(ScrConfig(side_sessions=1, t6_guard=case != "wrong-ids-no-t6"))
+    block = outcome.blocks[0]
+    ids = new[block.new_start:block.new_start + block.num_rows]
+    if case.startswith("wrong-ids"):
+        ids = [0] * len(ids)
+    if case.startswith("slot-"):
+        policy.drop_private(outcome.sid)
+    if case == "slot-retaken":
+        assert policy.snapshot_slot(outcome.sid) == (0, True)  # the same slot, a new acquisition
+        policy.sessions.get(outcome.sid).side_ids = tuple(range(3000))
+    guard = policy.splice_guard(outcome, block.old_start, block.num_rows, ids)
+    assert (guard.ok, guard.ids_match, guard.owner) == expected
+
+
+def test_snapshot_is_invalid_until_taken():
+    policy, outcome, _ = planned()
+    sid = outcome.sid
+    policy.snapshot_taken(sid, 3000)
+    assert policy.snapshot_slot(sid) == (0, False)  # the session's own slot, already held
+    assert policy.sessions.get(sid).ssm_tokens == -1  # a copy failing now leaves no valid snapshot
+    policy.snapshot_taken(sid, 2830)
+    assert policy.sessions.get(sid).ssm_tokens == 2830
+    policy.drop_state(sid)
+    assert policy.sessions.get(sid).ssm_tokens == -1
+
+
+def test_snapshot_slot_takes_a_free_slot_or_none():
+    policy = ScrPolicy(ScrConfig(side_sessions=1))
+    a = policy.admit(list(range(2000)), "a").sid
+    b = policy.admit(list(range(5000, 7000)), "b").sid
+    assert policy.num_free_slots == 1
+    assert policy.snapshot_slot(a) == (0, True)
+    assert policy.snapshot_slot(b) == (None, False) and policy.num_free_slots == 0
+
+
+def test_count_out_and_store_turn_balance_inflight():
+    policy = ScrPolicy(ScrConfig())
+    quiet = policy.admit(list(range(2000)), "a").sid
+    stored = policy.admit(list(range(2000)), "b").sid
+    policy.count_out(quiet)
+    store = policy.store_turn(stored, list(range(2010)))
+    assert (store.slot, store.keep, store.end, store.acquired) == (0, 0, 2010, True)
+    assert [policy.sessions.get(sid).inflight for sid in (quiet, stored)] == [0, 0]
+    policy.count_out("s999999", if_present=True)  # gone already: nothing to count out
+    with pytest.raises(KeyError):
+        policy.count_out("s999999")
+    policy.check()

@@ -1,16 +1,17 @@
-"""``scr.sessions``: session matching at its thresholds (``scr_spec.md`` §4.3), LRU eviction (§4.4),
+"""``scr.sessions``: session matching at its thresholds (``docs/scr.md`` §4.3), LRU eviction (§4.4),
 private-data drops (§4.5) and side-slot stores (§5.1, §5.2).
 
 Token lists are built from disjoint integer ranges, so common prefixes and the quick-ratio
 overlap ``2 * |old ∩ new| / (|old| + |new|)`` can be computed by hand; each case states them.
 """
+# Spec: docs/scr.md
 
 from __future__ import annotations
 
 import pytest
 
-from scr.config import ScrConfig
 from scr.sessions import Dropped, SessionTable, Store
+from scr.settings import ScrConfig
 
 
 def r(start: int, stop: int) -> list[int]:
@@ -460,7 +461,7 @@ def test_a_reacquired_slot_no_longer_holds_the_plans_pin():
 
 
 def test_a_plan_pins_its_side_slot_and_generation():
-    from scr.config import RequestKnobs
+    from scr.knobs import RequestKnobs
     from scr.intercept import intercept
 
     config = ScrConfig()

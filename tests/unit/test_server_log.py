@@ -12,7 +12,7 @@ import pytest
 from eval import report
 from eval.accounting import server_log
 from eval.accounting.flops import QWEN36_27B, n_body
-from policy.log_lines import LogLineError
+from scr.authors_log import LogLineError
 from tests.unit.synthetic_runs import finish_line, simulate
 
 BODY = n_body(QWEN36_27B)
@@ -119,7 +119,7 @@ def test_plain_sglang_log_without_policy_line_is_radix(tmp_path):
 
 # ---------------------------------------------------------------------- a log from the authors' server
 
-# Written by hand from scr_spec.md §11.1-§11.3: their banner prints Python booleans, their server
+# Written by hand from docs/scr.md §11.1-§11.3: their banner prints Python booleans, their server
 # prints no "cache policy" line, and their log holds [kvreuse] lines the accounting does not read.
 AUTHORS_BANNER = (
     "[kvreuse-site] v6.10 splice-after-extend patches applied (per-request knobs via kvreuse_session_id) (v5 base) "
@@ -201,7 +201,7 @@ def test_dropped_splice_line_fires(tmp_path):
     del lines[middle]
     _, failures = ingest(tmp_path, run, lines=lines)
     assert any(f.startswith("L1 line ") and "a splice line is missing" in f for f in failures), failures
-    assert report.main(["ingest", "--log", str(tmp_path / "in" / "server.log"), "--out", str(tmp_path / "o")]) == 2
+    assert report.main(["ingest", "--log", str(tmp_path / "in" / "server.log"), "--out", str(tmp_path / "o")]) == 1  # a failed check
 
 
 def test_dropped_first_block_of_a_request_fires(tmp_path):

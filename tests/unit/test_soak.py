@@ -21,7 +21,7 @@ from eval.soak.conversation import (
     EDIT_KINDS, Conversation, ConversationConfig, apply_edit, common_prefix, first_prompt, fit, random_ids,
 )
 from eval.soak.run import format_table, run_soak
-from policy.log_lines import format_line
+from scr.authors_log import format_line
 
 ROOT = Path(__file__).resolve().parents[2]
 CFG = ConversationConfig()

@@ -2,7 +2,7 @@
 
 The chat-template tests render with transformers' ``apply_chat_template(..., tokenize=False)`` from a
 tokenizer built into a temporary folder and compare exact strings written out by hand from the Qwen3.6
-rules (model_spec.md §6.4). The model tests build the whole model twice (a few seconds each) and check
+rules (docs/model.md §6.4). The model tests build the whole model twice (a few seconds each) and check
 byte-identical files, the config edits SGLang needs, and that transformers loads and runs it.
 """
 

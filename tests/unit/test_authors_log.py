@@ -1,13 +1,17 @@
-"""``policy.log_lines``: the authors' log lines (``scr_spec.md`` §11) byte for byte, parsed back, and
-SGLang's ``Finish:`` line (§11.5, §12.1). The start-up lines built from ``scr.config`` are in
-``test_scr_log_lines.py``."""
+"""``scr.authors_log``: the authors' log lines (``docs/scr.md`` §11) byte for byte, parsed back,
+SGLang's ``Finish:`` line (§11.5, §12.1), and the start-up lines built from ``ScrConfig``."""
+# Spec: docs/scr.md
 
 from __future__ import annotations
 
+import dataclasses
+import re
+
 import pytest
 
-from policy import log_lines
-from policy.log_lines import TEMPLATES, LogLineError, format_line, parse_finish, parse_line, parse_report_line
+from scr import authors_log
+from scr.authors_log import TEMPLATES, LogLineError, format_line, parse_finish, parse_line, parse_report_line
+from scr.settings import ScrConfig
 
 # (kind, values, exact text). Texts are written out from the spec's field lists.
 CASES = [
@@ -194,7 +198,7 @@ def test_every_template_has_a_case():
 
 def test_every_trace_event_has_a_case():
     events = {case.values[1]["ev"] for case in CASES if case.values[0] == "trace"}
-    assert events == set(log_lines.TRACE_FIELDS)
+    assert events == set(authors_log.TRACE_FIELDS)
 
 
 # ---------------------------------------------------------------------- helpers
@@ -210,18 +214,18 @@ def test_every_trace_event_has_a_case():
     ],
 )
 def test_trace_tag(text, expected):
-    assert log_lines.trace_tag(text) == expected
+    assert authors_log.trace_tag(text) == expected
 
 
 def test_trace_tag_round_trips_through_the_req_line():
-    tag = log_lines.trace_tag("<|im_start|>system\nYou are a 'helpful' \"agent\"\t\u00e9")
+    tag = authors_log.trace_tag("<|im_start|>system\nYou are a 'helpful' \"agent\"\t\u00e9")
     line = format_line("trace_req", rid="r", sid="s000001", slot=1, n_new=1, n_old=0, nsess=1, tag=tag)
     assert parse_line(line)["tag"] == "<|im_start|>system You are a 'helpful' \"agent\"\t\u00e9"
 
 
 def test_side_buffer_line_from_bytes_per_token():
     # §5.1: Qwen3.6-27B, 16 full-attention layers x (K+V) x 2 KiB = 64 KiB per token.
-    assert log_lines.side_buffer_line(12, 30000, 16 * 2 * 2048) == (
+    assert authors_log.side_buffer_line(12, 30000, 16 * 2 * 2048) == (
         "[kvreuse] side buffer: 12 slots x 30000 tokens (21.97 GiB, 64.0 KiB/token)"
     )
 
@@ -312,7 +316,7 @@ def test_not_our_lines(line):
 
 # ---------------------------------------------------------------------- read as the authors' report reads
 
-# The authors' banner, written out from scr_spec.md §11.1 with Python booleans, as their overlay prints them.
+# The authors' banner, written out from docs/scr.md §11.1 with Python booleans, as their overlay prints them.
 AUTHORS_BANNER = (
     "[kvreuse-site] v6.10 splice-after-extend patches applied (per-request knobs via kvreuse_session_id) (v5 base) "
     "v6=True pin_only=False lead_freeze=False ssm_snap=prefill_end pid=812 no_rerotate=False max_sessions=16 "
@@ -344,7 +348,7 @@ SPLICE_NONE = {"extend": None, "live": None, "spliced": None, "spliced_tokens": 
                       "t6_guard": True, "trace": True, "evict_on_fail": True, "evict_margin": 2048, "max_blocks": 6,
                       "mb_min_gap": 0, "splice_retry": 8}, id="authors-banner"),
         pytest.param("[kvreuse-site] v6.11 patches applied (knobs via cache_salt) max_blocks=3 mode=x retry splice_retry=0",
-                     {"kind": "scr_site", **{name: None for name, _ in log_lines._FIELDS["scr_site"]},
+                     {"kind": "scr_site", **{name: None for name, _ in authors_log._FIELDS["scr_site"]},
                       "max_blocks": 3, "splice_retry": 0}, id="banner-other-text-and-fields"),
         pytest.param("[kvreuse] v6 splice OK: rid=c-2 sid=s000001 slot=0 A+B'=2000 C'=984 extend=1016 live=4000 "
                      "[spliced=7 tokens=6100] blocks=1/2",
@@ -445,3 +449,57 @@ def test_finish(line, expected):
 
 def test_parse_finish_ignores_other_lines():
     assert parse_finish("[kvreuse] v6 phase2: alloc(984) failed -> normal prefill of the tail") is None
+
+
+def test_site_banner_defaults():
+    assert authors_log.site_banner(ScrConfig(), 4242) == (
+        "[kvreuse-site] v6.10 splice-after-extend patches applied (per-request knobs via kvreuse_session_id) "
+        "(v5 base) v6=True pin_only=False lead_freeze=False ssm_snap=prefill_end pid=4242 no_rerotate=False "
+        "max_sessions=16 fastdiff=True cdc_target=64 fastdiff_min=2048 timing=False min_extend=16 t6_guard=True "
+        "trace=True evict_on_fail=True evict_margin=2048 | v6.10k multiblock=1 max_blocks=6 mb_min_gap=0 "
+        "splice_retry=8"
+    )
+
+
+def test_site_banner_round_trip_with_other_values():
+    config = dataclasses.replace(ScrConfig(), max_blocks=3, splice_retry=0, ssm_snap="release", no_rerotate=True)
+    parsed = parse_line(authors_log.site_banner(config, 7))
+    assert (parsed["kind"], parsed["max_blocks"], parsed["splice_retry"], parsed["ssm_snap"]) == (
+        "scr_site", 3, 0, "release",
+    )
+    assert (parsed["no_rerotate"], parsed["pid"], parsed["v6"], parsed["pin_only"]) == (True, 7, True, False)
+    assert authors_log.parse_report_line(authors_log.site_banner(config, 7)) == parsed
+
+
+def test_scr_start_line_prints_config_defaults_in_table_order():
+    line = authors_log.scr_start_line(True, "0.5.16", {"KVREUSE_MAX_BLOCKS": "3", "OTHER": "x"})
+    assert line == (
+        "[scr] Suffix Cache Reuse on | sglang 0.5.16 (built for 0.5.16) | KVREUSE_ENABLED=1 KVREUSE_MAX_BLOCKS=3 "
+        "KVREUSE_SPLICE_RETRY=8 KVREUSE_MB_MIN_GAP=0 KVREUSE_V6_MIN_EXTEND=16 KVREUSE_SSM_MODE=fork KVREUSE_FORCE=1 "
+        "KVREUSE_MIN_EXTRA_TOKENS=1024 KVREUSE_MIN_EXTRA_FRAC=0.15 KVREUSE_MAX_SESSIONS=16 KVREUSE_SIDE_SESSIONS=12 "
+        "KVREUSE_SIDE_TOKENS=30000 KVREUSE_BUDGET_FRAC=0.25 KVREUSE_TRACE=1 KVREUSE_DEBUG=1"
+    )
+    assert parse_line(line)["settings"]["KVREUSE_MAX_BLOCKS"] == "3"
+
+
+def test_banner_starts_with_the_spec_prefix():
+    prefix = (
+        "[kvreuse-site] v6.10 splice-after-extend patches applied (per-request knobs via kvreuse_session_id) "
+        "(v5 base) "
+    )
+    assert authors_log.site_banner(ScrConfig(), 1).startswith(prefix + "v6=")
+
+
+def test_lines_satisfy_the_report_field_order():
+    # §11.1-§11.3: what analysis/scr_report.py's regexes require of each line.
+    banner = authors_log.site_banner(ScrConfig(), 1)
+    assert re.search(r"\[kvreuse-site\] .*max_blocks=(\d+).*splice_retry=(\d+)", banner).groups() == ("6", "8")
+    req = format_line("trace_req", rid="r1", sid="s000001", slot=None, n_new=9, n_old=4, nsess=2, tag="t")
+    assert re.search(r"kv6trace ev=req rid=(\S+) sid=(\S+) slot=(\S+) n_new=(\d+) n_old=(\d+)", req).groups() == (
+        "r1", "s000001", "None", "9", "4",
+    )
+    splice = format_line("splice_ok", rid="r1", sid="s000001", slot=0, stop=10, relocated=84, extend=16, live=200,
+                         spliced=1, spliced_tokens=84, block=1, num_blocks=1)
+    assert re.search(r"v6 splice OK: rid=(\S+) sid=(\S+) slot=(\S+) A\+B'=(\d+) C'=(\d+)", splice).groups() == (
+        "r1", "s000001", "0", "10", "84",
+    )

@@ -1,0 +1,45 @@
+"""What the server says about itself (``/server_info``, ``/v1/models``), for the run manifest and
+for finding the served model's tokenizer (``eval/bcp/snippets.py``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from eval import http
+from eval.bcp.manifest import SERVER_KEYS_VOLATILE
+
+
+def _get(base_url: str, path: str) -> Any:
+    return http.get_json(base_url.rstrip("/") + path, timeout=30.0)
+
+
+def _raw_server_info(base_url: str) -> dict:
+    try:
+        return _get(base_url, "/server_info")
+    except Exception:  # older servers
+        return _get(base_url, "/get_server_info")
+
+
+def served_model_name(base_url: str) -> str | None:
+    """The first model ``/v1/models`` lists; None when the server does not answer."""
+    try:
+        return _get(base_url, "/v1/models")["data"][0]["id"]
+    except Exception:
+        return None
+
+
+def server_description(base_url: str | None) -> dict:
+    """The server's settings (scalars only, volatile ones left out), SGLang version and served
+    model; {} without a server, ``{"error": ...}`` when it does not describe itself."""
+    if not base_url:
+        return {}
+    info: dict[str, Any] = {}
+    try:
+        raw = _raw_server_info(base_url)
+    except Exception as exc:
+        return {"error": f"server_info unavailable: {exc}"}
+    info["args"] = {k: v for k, v in sorted(raw.items())
+                    if k not in SERVER_KEYS_VOLATILE and (v is None or isinstance(v, (str, int, float, bool)))}
+    info["sglang_version"] = raw.get("version")
+    info["served_model"] = served_model_name(base_url)
+    return info

@@ -1,0 +1,96 @@
+"""The lines the SCR runtime prints, built from plain data (formats: ``scr/authors_log.py``).
+
+Kept apart from ``patches/scr_runtime.py`` so the runtime only decides *when* a line is printed;
+what it says (and its exact bytes, which the accounting and tests parse) is fixed here.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from scr import authors_log as log_lines
+from scr.cursor import NextBlock, Splice
+from scr.execution import Counters, RequestState, evict_floor
+from scr.intercept import Intercept
+from scr.kvreuse_env import AUTHORS_DEFAULTS, ENV_VARS
+from scr.settings import ScrConfig
+
+format_line = log_lines.format_line
+
+
+def authors_env(config: ScrConfig, environ: Mapping[str, str]) -> dict[str, str]:
+    """The authors' ``config.DEFAULTS`` keys as this server runs them (for their ``[scr]`` line):
+    our settings where a field exists, the process environment for the dead ones."""
+    values = {var: getattr(config, name) for name, var in ENV_VARS.items() if var in AUTHORS_DEFAULTS}
+    text = {var: ("1" if v else "0") if isinstance(v, bool) else str(v) for var, v in values.items()}
+    return {**environ, **text}
+
+
+def startup_lines(config: ScrConfig, sglang_version: str, pid: int, environ: Mapping[str, str], *,
+                  bytes_per_token: int, shadow_gib: float | None, layers: list[int], rotary: bool,
+                  pool_slots: int) -> list[str]:
+    """The start-up lines of one scheduler, in the order the authors print them."""
+    lines = [log_lines.scr_start_line(config.enabled, sglang_version, authors_env(config, environ)),
+             log_lines.site_banner(config, pid),
+             log_lines.side_buffer_line(config.side_sessions, config.side_tokens, bytes_per_token)]
+    if shadow_gib is not None:
+        lines.append(format_line("ssm_shadow", sessions=config.side_sessions, gib=shadow_gib))
+    lines.append(format_line(
+        "init", full_attn_layers=len(layers), rotary=rotary, layers=layers[:8], pool_slots=pool_slots,
+        snapshot_budget=config.side_sessions * config.side_tokens,
+        evict_floor=evict_floor(pool_slots, config.evict_floor_frac)))
+    return lines
+
+
+def multiblock_plan(rid: str, outcome: Intercept, live: int) -> str:
+    cfg, blocks = outcome.config, outcome.blocks
+    return format_line(
+        "multiblock_plan", rid=rid, num_blocks=len(blocks), stops=[b.new_start for b in blocks],
+        reloc=[b.num_rows for b in blocks], kext=cfg.min_extend, maxb=cfg.max_blocks, cands=len(blocks), live=live)
+
+
+def phase1(rid: str, state: RequestState, total: int, has_state: bool, has_shadow: bool) -> str:
+    """The plan starts phase 1: read ``[radix_n0, stop)`` as the chunked request."""
+    cursor = state.cursor
+    return format_line(
+        "phase1", rid=rid, radix_n0=state.radix_n0, chunk1=cursor.stop - state.radix_n0, n_c=cursor.blocks[0].n_c,
+        total=total, ssm_restore=state.gate.restore, ssm_mode=state.outcome.config.ssm_mode,
+        ssm_na=not has_state, ssm_obj=has_shadow)
+
+
+def spliced(rid: str, state: RequestState, splice: Splice, prefix: int, full_len: int,
+            counters: Counters) -> list[str]:
+    """``phase2`` and ``splice_ok`` for ``splice`` placed at ``[prefix, prefix + rows)``."""
+    block, rows = splice.block, splice.block.num_rows
+    left = full_len - prefix - rows
+    chunk1 = block.new_start - state.radix_n0 if splice.index == 1 else 0
+    return [
+        format_line("phase2", rid=rid, prefilled_chunk1=chunk1, reused_tail=rows, extend2=left, total=full_len,
+                    rot_delta=prefix - block.old_start),
+        format_line("splice_ok", rid=rid, sid=state.sid, slot=state.outcome.side_slot, stop=prefix, relocated=rows,
+                    extend=left, live=full_len, spliced=counters.spliced_blocks,
+                    spliced_tokens=counters.spliced_tokens, block=splice.index,
+                    num_blocks=len(state.cursor.blocks)),
+    ]
+
+
+def next_block(rid: str, following: NextBlock, num_blocks: int, prefix: int) -> str:
+    """After a splice at ``prefix``: the next block's stop (``multiblock_next``) or the blocks
+    abandoned (``multiblock_drop``)."""
+    if following.stop is not None:
+        return format_line("multiblock_next", rid=rid, block=following.number, num_blocks=num_blocks,
+                           start=prefix, end=following.stop, rows=following.block.num_rows)
+    return format_line("multiblock_drop", rid=rid, block=following.number, num_blocks=num_blocks,
+                       stop=following.block.new_start, prefix=prefix, abandoned=following.abandoned)
+
+
+def slot_stolen(rid: str, state: RequestState, old_start: int, rows: int, owner: str | None, ids_match: bool,
+                stolen: int) -> str:
+    return format_line("slot_stolen", rid=rid, slot=state.outcome.side_slot, owner=owner, sess=state.sid,
+                       row_start=old_start, row_end=old_start + rows, ids_match=ids_match, stolen=stolen)
+
+
+def trace_request(rid: str, outcome: Intercept, n_new: int, text: str) -> str:
+    session = outcome.admission.session
+    return format_line("trace_req", rid=rid, sid=session.sid, slot=session.side_slot, n_new=n_new,
+                       n_old=outcome.n_old, nsess=outcome.admission.num_sessions, tag=log_lines.trace_tag(text))

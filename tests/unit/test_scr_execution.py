@@ -1,0 +1,181 @@
+"""scr/execution.py: the rules the SGLang side asks while it executes a relocation plan."""
+
+from __future__ import annotations
+
+import pytest
+
+from scr.cursor import SpliceCursor
+from scr.execution import (Counters, RequestState, accounting, chunk_admission, evict_amount, evict_floor,
+                           new_cursor, plan_gate, snapshot_at_prefill_end, splice_refusal, state_at_release)
+from scr.gates import Gate
+from scr.intercept import Intercept
+from scr.planner import Block
+from scr.sessions import Admission, MatchReport, Session
+from scr.settings import ScrConfig
+
+BLOCK = Block(old_start=1700, new_start=1500, num_rows=1284, n_c=1300, new_end=2800)
+
+
+@pytest.mark.parametrize(
+    "rows, slot, full_len, prefix, arm_restore, can_restore, expected",
+    [
+        pytest.param(100, 0, 1000, 500, False, False, None, id="ok"),
+        pytest.param(100, 0, 601, 500, True, True, None, id="ok-one-token-left-with-restore"),
+        pytest.param(0, 0, 1000, 500, False, False, "nothing to splice (rows=0 slot=0 left=500)", id="no-rows"),
+        pytest.param(100, None, 1000, 500, False, False, "nothing to splice (rows=100 slot=None left=400)",
+                     id="no-slot"),
+        pytest.param(100, 0, 600, 500, False, False, "nothing to splice (rows=100 slot=0 left=0)",
+                     id="nothing-left-for-logits"),
+        pytest.param(100, 0, 1000, 500, True, False, "no state slot to restore into", id="restore-without-slot"),
+    ],
+)
+def test_splice_refusal(rows, slot, full_len, prefix, arm_restore, can_restore, expected):
+    assert splice_refusal(rows, slot, full_len, prefix, arm_restore, can_restore) == expected
+
+
+@pytest.mark.parametrize(
+    "extend_end, stop, chunk_slot_free, expected",
+    [
+        pytest.param(1500, 1500, True, None, id="ends-at-stop"),
+        pytest.param(1200, 1500, True, None, id="middle-chunk"),
+        pytest.param(1501, 1500, True, "admitted extend ends at 1501 > |A|+|B'| 1500", id="past-stop"),
+        pytest.param(1500, 1500, False, "another request became the chunked request", id="chunk-taken"),
+        pytest.param(1600, 1500, False, "admitted extend ends at 1600 > |A|+|B'| 1500", id="past-stop-first"),
+    ],
+)
+def test_chunk_admission(extend_end, stop, chunk_slot_free, expected):
+    assert chunk_admission(extend_end, stop, chunk_slot_free) == expected
+
+
+@pytest.mark.parametrize(
+    "need, available, evictable, floor, margin, expected",
+    [
+        pytest.param(1000, 200, 5000, 2000, 2048, 2848, id="evict-shortfall-plus-margin"),
+        pytest.param(1000, 200, 2800, 2000, 2048, 2848, id="exactly-at-floor"),
+        pytest.param(1000, 200, 2799, 2000, 2048, None, id="below-floor-declined"),
+        pytest.param(1000, 0, 0, 0, 0, None, id="nothing-evictable"),
+    ],
+)
+def test_evict_amount(need, available, evictable, floor, margin, expected):
+    assert evict_amount(need, available, evictable, floor, margin) == expected
+
+
+@pytest.mark.parametrize("size, frac, expected", [(10000, 0.2, 2000), (999, 0.2, 199), (10, 0.0, 0)])
+def test_evict_floor(size, frac, expected):
+    assert evict_floor(size, frac) == expected
+
+
+def state(**fields) -> RequestState:
+    return RequestState("r", "s000001", Intercept("cold", ScrConfig()), 0.0, **fields)
+
+
+CURSOR = SpliceCursor((BLOCK,), lead_new_end=1500, splice_retry=8, restore=True)
+
+
+@pytest.mark.parametrize(
+    "config, has_shadow, tracked, finished, has_index, expected",
+    [
+        pytest.param(ScrConfig(), True, state(), False, True, True, id="session-request"),
+        pytest.param(ScrConfig(), False, state(), False, True, False, id="no-shadow"),
+        pytest.param(ScrConfig(ssm_snap="release"), True, state(), False, True, False, id="snap-at-release"),
+        pytest.param(ScrConfig(), True, None, False, True, False, id="untracked"),
+        pytest.param(ScrConfig(), True, RequestState("r", None, Intercept("off", ScrConfig()), 0.0), False, True,
+                     False, id="no-session"),
+        pytest.param(ScrConfig(), True, state(cursor=CURSOR), False, True, False, id="plan-running"),
+        pytest.param(ScrConfig(), True, state(), True, True, False, id="finished"),
+        pytest.param(ScrConfig(), True, state(), False, False, False, id="no-state-row"),
+    ],
+)
+def test_snapshot_at_prefill_end(config, has_shadow, tracked, finished, has_index, expected):
+    assert snapshot_at_prefill_end(config, has_shadow, tracked, finished, has_index) is expected
+
+
+RELEASE = ScrConfig(ssm_snap="release")
+
+
+@pytest.mark.parametrize(
+    "config, has_shadow, stored, has_index, state_saved, expected",
+    [
+        pytest.param(RELEASE, True, True, True, False, "save", id="release-snap"),
+        pytest.param(RELEASE, True, True, True, True, "save", id="release-snap-over-prefill"),
+        pytest.param(ScrConfig(ssm_snap="release", ssm_mode="strict"), True, True, True, False, "drop",
+                     id="strict-never-at-release"),
+        pytest.param(RELEASE, True, False, True, False, "drop", id="nothing-stored"),
+        pytest.param(RELEASE, False, True, True, True, None, id="no-shadow-keeps"),
+        pytest.param(ScrConfig(), True, True, True, True, None, id="prefill-end-taken"),
+        pytest.param(ScrConfig(), True, True, True, False, "drop", id="prefill-end-missed"),
+    ],
+)
+def test_state_at_release(config, has_shadow, stored, has_index, state_saved, expected):
+    assert state_at_release(config, has_shadow, stored, has_index, state_saved) == expected
+
+
+@pytest.mark.parametrize(
+    "prompt, cached, moved, expected",
+    [
+        pytest.param(3000, 1024, 0, (1024, 1976), id="tree-only"),
+        pytest.param(3000, 1500 + 2 * 1284, 1284, (1500, 216), id="one-block-counted-twice"),
+        pytest.param(3000, 0, 0, (0, 3000), id="cold"),
+    ],
+)
+def test_accounting(prompt, cached, moved, expected):
+    assert accounting(prompt, cached, moved) == expected
+
+
+def plan_outcome(side_slot, ssm_tokens, **config) -> Intercept:
+    session = Session("s000001", None, side_slot=side_slot, ssm_tokens=ssm_tokens)
+    admission = Admission(session, False, (), 1, (), MatchReport(session, "matched"))
+    return Intercept("plan", ScrConfig(**config), admission, kept=2800, blocks=(BLOCK,), lead_new_end=1500,
+                     side_slot=side_slot)
+
+
+@pytest.mark.parametrize(
+    "outcome, has_state, has_shadow, expected",
+    [
+        pytest.param(plan_outcome(0, 1500), True, True, Gate(True, restore=True), id="fork"),
+        pytest.param(plan_outcome(12, 1500), True, True, Gate(False, reason="no_snapshot"), id="slot-outside-shadow"),
+        pytest.param(plan_outcome(0, -1), True, True, Gate(False, reason="no_snapshot"), id="stale-state"),
+        pytest.param(plan_outcome(0, -1), False, False, Gate(True, reason="ssm_na"), id="dense-model"),
+    ],
+)
+def test_plan_gate(outcome, has_state, has_shadow, expected):
+    assert plan_gate(outcome, has_state, has_shadow) == expected
+
+
+def test_new_cursor_starts_at_the_first_block_with_the_gates_restore():
+    request = state(gate=Gate(True, restore=True))
+    request.outcome = plan_outcome(0, 1500, splice_retry=3)
+    cursor = new_cursor(request)
+    assert (cursor.stop, cursor.splice_retry, cursor.restore, cursor.index) == (1500, 3, True, 0)
+
+
+def test_retraction_ends_the_plan_and_says_why_only_when_it_mattered():
+    quiet = state()
+    quiet.retracted()
+    assert (quiet.retractions, quiet.fallback) == (1, None)
+    spliced = state(cursor=CURSOR, phase1=True, moved=100, cut=True, outside_tree=True, direct=("slots", 100))
+    spliced.retracted()
+    assert spliced.fallback == "retracted: read again without relocation"
+    assert (spliced.cursor, spliced.phase1, spliced.cut, spliced.outside_tree, spliced.direct) == (
+        None, False, False, False, None)
+
+
+@pytest.mark.parametrize(
+    "fields, prefix_len, expected",
+    [
+        pytest.param(dict(cursor=CURSOR, phase1=True), 1024, True, id="before-stop"),
+        pytest.param(dict(cursor=CURSOR, phase1=True), 1500, False, id="at-stop"),
+        pytest.param(dict(cursor=CURSOR, phase1=False), 1024, False, id="not-in-phase1"),
+        pytest.param(dict(cursor=None, phase1=True), 1024, False, id="no-plan"),
+    ],
+)
+def test_keeps_chunk(fields, prefix_len, expected):
+    assert state(**fields).keeps_chunk(prefix_len) is expected
+
+
+def test_counters_count_and_uncount_splices():
+    counters = Counters()
+    counters.spliced(100)
+    counters.spliced(50)
+    counters.spliced(50, sign=-1)
+    assert (counters.spliced_blocks, counters.spliced_tokens) == (1, 100)
