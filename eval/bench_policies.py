@@ -62,12 +62,12 @@ def serving_args(policy: str, context_len: int, pool_tokens: int, concurrency: i
 def trace_edited(calls) -> set[str]:
     """Conversation.turn keys of the calls whose prompt drops part of the previous prompt."""
     from eval.accounting.provenance import EDIT_SLACK  # the accounting's rule for "edited"
-    from eval.soak.conversation import common_prefix
+    from policy.tokens import common_prefix_len
 
     edited, previous = set(), {}
     for call in calls:
         before = previous.get(call.conversation)
-        if before is not None and common_prefix(before, call.prompt_ids) < len(before) - EDIT_SLACK:
+        if before is not None and common_prefix_len(before, call.prompt_ids) < len(before) - EDIT_SLACK:
             edited.add(f"{call.conversation}.{call.turn}")
         previous[call.conversation] = call.prompt_ids
     return edited

@@ -4,7 +4,10 @@
   value, exit status 2, never a traceback;
 * ``run_spec``: the one spelling of a named run, ``--run NAME=DIR``; ``name_list``: the one
   spelling of several policies, ``--policies radix,exact,scr``;
-* ``Parser`` / ``HelpFormatter``: help that shows every default, usage errors on one line.
+* ``key_value``: the one spelling of a repeatable setting, ``--set KEY=VALUE``;
+* ``Parser`` / ``HelpFormatter``: help that shows every default, usage errors on one line;
+* ``run_main``: runs a command's body and turns the exceptions it names into an exit status and
+  one line on stderr (``UsageError`` -> 2, ``CheckFailed`` -> 1, and the rules a command adds).
 
 Exit statuses across the commands: 0 done, 1 a check failed (or the server failed the run),
 2 a usage error (flags, missing or unreadable input).
@@ -13,8 +16,14 @@ Exit statuses across the commands: 0 done, 1 a check failed (or the server faile
 from __future__ import annotations
 
 import argparse
+import sys
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
+
+USAGE = 2  # exit status of a usage error: flags, a missing or unreadable input
+FAILED = 1  # exit status of a failed check (or a server that failed the run)
 
 
 def int_at_least(minimum: int):
@@ -58,6 +67,15 @@ def run_spec(text: str) -> tuple[str, Path]:
     if not sep or not name or not path:
         raise argparse.ArgumentTypeError(f"{text!r}: expected NAME=DIR")
     return name, Path(path)
+
+
+def key_value(text: str) -> tuple[str, str]:
+    """``KEY=VALUE``: one repeatable setting (``--set``, ``--policy-set``), split at the first ``=``;
+    the key is stripped, the value is kept as given (the command types it)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=VALUE")
+    return key.strip(), value
 
 
 def existing_file(text: str) -> Path:
@@ -113,3 +131,46 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+class UsageError(Exception):
+    """A usage error found after parsing (a bad input, a refused combination): one line, exit 2."""
+
+
+class CheckFailed(Exception):
+    """A check failed (the result or the server is not what it must be): one line, exit 1."""
+
+
+@dataclass(frozen=True)
+class ExitRule:
+    """Exceptions of ``errors`` end the command with ``status`` and ``PROG: LABEL: MESSAGE``."""
+
+    errors: tuple[type[BaseException], ...]
+    status: int
+    label: str = "error"
+
+
+def usage(*errors: type[BaseException], label: str = "error") -> ExitRule:
+    """``errors`` are usage errors: exit status 2."""
+    return ExitRule(errors, USAGE, label)
+
+
+def failed(*errors: type[BaseException], label: str = "error") -> ExitRule:
+    """``errors`` are failed checks (or a server that failed the run): exit status 1."""
+    return ExitRule(errors, FAILED, label)
+
+
+DEFAULT_RULES = (usage(UsageError), failed(CheckFailed, label="check failed"))
+
+
+def run_main(prog: str, body: Callable[[], int], *rules: ExitRule) -> int:
+    """``body()``'s exit status; an exception one of ``rules`` (then :data:`DEFAULT_RULES`) names
+    becomes that rule's status and one line on stderr, ``PROG: LABEL: MESSAGE``. The first rule
+    that matches wins; any other exception propagates (a bug keeps its traceback)."""
+    ordered = (*rules, *DEFAULT_RULES)
+    try:
+        return body()
+    except tuple(error for rule in ordered for error in rule.errors) as exc:
+        rule = next(rule for rule in ordered if isinstance(exc, rule.errors))
+        print(f"{prog}: {rule.label}: {exc}", file=sys.stderr)
+        return rule.status

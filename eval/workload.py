@@ -127,7 +127,7 @@ def write_run_trace(records: list[dict], server_trace: Path, out: Path, timeout:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from eval.cli_types import Parser, int_at_least
+    from eval.cli_types import Parser, UsageError, failed, int_at_least, run_main
 
     parser = Parser(prog="python -m eval.workload", description=__doc__.split("\n\n")[0].splitlines()[0])
     parser.add_argument("--server", required=True, metavar="URL", help="base URL, e.g. http://127.0.0.1:30000")
@@ -141,20 +141,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from eval import http
 
-    try:
+    def body() -> int:
         records = run(lambda path, payload: http.post_json(args.server + path, payload), args.out,
                       conversations=args.conversations, max_tokens=args.max_tokens, run_name=args.run_id)
-    except (http.HttpError, http.NoResponse) as exc:
-        print(f"{parser.prog}: server error: {exc}", file=sys.stderr)
-        return 1
-    print(f"{len(records)} requests -> {args.out / 'client.jsonl'}")
-    if args.server_trace is not None:
-        try:
-            print(f"trace -> {write_run_trace(records, args.server_trace, args.out)}")
-        except OSError as exc:
-            print(f"{parser.prog}: error: --server-trace {args.server_trace}: {exc.strerror or exc}", file=sys.stderr)
-            return 2
-    return 0
+        print(f"{len(records)} requests -> {args.out / 'client.jsonl'}")
+        if args.server_trace is not None:
+            try:
+                print(f"trace -> {write_run_trace(records, args.server_trace, args.out)}")
+            except OSError as exc:
+                raise UsageError(f"--server-trace {args.server_trace}: {exc.strerror or exc}") from None
+        return 0
+
+    return run_main(parser.prog, body, failed(http.HttpError, http.NoResponse, label="server error"))
 
 
 if __name__ == "__main__":

@@ -12,14 +12,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from exact_cache.rules import keep_points, resume_bound, resume_point
-
-
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
+from policy.tokens import common_prefix_len
 
 
 class ReplayTree:
@@ -37,7 +30,7 @@ class ReplayTree:
         ``logprob_start_len``; the event's ``match_cap``)."""
         prompt = tuple(prompt)
         head = prompt[: len(prompt) - 1 if cap is None else min(cap, len(prompt) - 1)]
-        matched = max((_common_prefix(head, text) for text in self.texts), default=0)
+        matched = max((common_prefix_len(head, text) for text in self.texts), default=0)
         bound = resume_bound(matched, len(prompt), self.piece, self.spec_drop)
         depths = [d for d in range(self.piece, bound + 1, self.piece) if prompt[:d] in self.snapshots]
         resume = resume_point(bound, depths)

@@ -31,7 +31,7 @@ from eval.bcp.compare_arms import Arm, CompareError, check_comparable, load_arm
 from eval.bcp.compare_output import render_markdown, write
 from eval.bcp.compare_table import build
 from eval.bcp.manifest import MANIFEST
-from eval.cli_types import Parser, existing_dir, existing_file, int_at_least, run_spec
+from eval.cli_types import Parser, existing_dir, existing_file, int_at_least, run_main, run_spec, usage
 
 PROG = "python -m eval.bcp.compare"
 
@@ -90,15 +90,15 @@ def compare(args) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
+
+    def body() -> int:
         result = compare(args)
-    except CompareError as exc:
-        print(f"{PROG}: refused: {exc}", file=sys.stderr)
-        return 2
-    write(result, args.out)
-    print(render_markdown(result))
-    print(f"-> {args.out}/table.md, table.csv, table.json, stats.json, plots/")
-    return 0
+        write(result, args.out)
+        print(render_markdown(result))
+        print(f"-> {args.out}/table.md, table.csv, table.json, stats.json, plots/")
+        return 0
+
+    return run_main(PROG, body, usage(CompareError, label="refused"))
 
 
 if __name__ == "__main__":

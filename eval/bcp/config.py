@@ -144,11 +144,12 @@ def load_config(path: Path | str | None = None, overrides: dict | None = None) -
     return config_from_dict(data)
 
 
-def parse_override(text: str) -> tuple[str, Any]:
-    """``KEY=VALUE`` from the command line; VALUE is read as YAML (numbers, true/false, null, lists)."""
+def override_value(raw: str) -> Any:
+    """The VALUE of a ``--set KEY=VALUE``, read as YAML (numbers, true/false, null, lists); a value
+    YAML cannot read is a ``ValueError``."""
     import yaml
 
-    if "=" not in text:
-        raise ValueError(f"expected KEY=VALUE, got {text!r}")
-    key, raw = text.split("=", 1)
-    return key.strip(), yaml.safe_load(raw)
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{raw!r} is not a YAML value ({' '.join(str(exc).split())})") from None

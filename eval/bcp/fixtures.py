@@ -26,7 +26,9 @@ import random
 from pathlib import Path
 
 from eval.bcp import data
-from eval.bcp.data import Document, Query
+from eval.bcp.crypto import PASSWORD_FILE, encrypt_record
+from eval.bcp.data_types import Document, Query
+from eval.bcp.qrels import write_qrels, write_queries_tsv
 
 FIXTURE_PASSWORD = "bcp-fixture-password (fake, not the BrowseComp canary)"
 
@@ -124,15 +126,15 @@ def write_fixture(out_dir: Path, *, num_queries: int = 3, num_docs: int = 40, se
             record = {"query_id": q.query_id, "query": q.text, "answer": q.answer,
                       "evidence_docs": doc_list(q.evidence_docids), "gold_docs": doc_list(q.gold_docids),
                       "negative_docs": doc_list(negatives[q.query_id])}
-            f.write(json.dumps(data.encrypt_record(record, FIXTURE_PASSWORD)) + "\n")
+            f.write(json.dumps(encrypt_record(record, FIXTURE_PASSWORD)) + "\n")
     with (out / f"{data.CORPUS_STEM}.jsonl").open("w", encoding="utf-8") as f:
         for d in docs:
             f.write(json.dumps({"docid": d.docid, "text": d.text, "url": d.url}) + "\n")
-    (out / data.PASSWORD_FILE).write_text(FIXTURE_PASSWORD + "\n", encoding="utf-8")
+    (out / PASSWORD_FILE).write_text(FIXTURE_PASSWORD + "\n", encoding="utf-8")
     qdir = out / data.QRELS_DIR
-    data.write_queries_tsv(qdir / data.QUERIES_TSV, queries)
-    data.write_qrels(qdir / data.EVIDENCE_QRELS, {q.query_id: q.evidence_docids for q in queries})
-    data.write_qrels(qdir / data.GOLD_QRELS, {q.query_id: q.gold_docids for q in queries})
+    write_queries_tsv(qdir / data.QUERIES_TSV, queries)
+    write_qrels(qdir / data.EVIDENCE_QRELS, {q.query_id: q.evidence_docids for q in queries})
+    write_qrels(qdir / data.GOLD_QRELS, {q.query_id: q.gold_docids for q in queries})
     return out
 
 

@@ -42,9 +42,10 @@ from eval.bcp.execute import RunSetup, execute
 from eval.bcp.judging import judge_run, make_judge
 from eval.bcp.manifest import (SCHEMA, DifferentRun, code_fingerprint, dataset_fingerprint, git_state,
                                load_manifest, prompts_fingerprint)
-from eval.bcp.run_cli import CheckFailed, UsageError, build_parser
+from eval.bcp.run_cli import build_parser
 from eval.bcp.scoring import score
 from eval.bcp.server_info import server_description
+from eval.cli_types import CheckFailed, UsageError, run_main, usage
 
 PROG = "python -m eval.bcp.run"
 
@@ -56,11 +57,11 @@ def _warn(message: str) -> None:
 # ---- inputs (each failure is a one-line usage error)
 
 
-def load_agent_config(path: Path, assignments: list[str]) -> AgentConfig:
-    from eval.bcp.config import load_config, parse_override
+def load_agent_config(path: Path, assignments: list[tuple[str, str]]) -> AgentConfig:
+    from eval.bcp.config import load_config, override_value
 
     try:
-        return load_config(path, dict(parse_override(s) for s in assignments))
+        return load_config(path, {key: override_value(raw) for key, raw in assignments})
     except (OSError, ValueError, TypeError) as exc:
         raise UsageError(f"agent config {path}: {exc}") from None
 
@@ -82,7 +83,7 @@ def check_index_dir(index: Path | None) -> None:
         raise UsageError(f"--index: {problem}")
 
 
-def policy_settings(policy: str, assignments: list[str]) -> dict:
+def policy_settings(policy: str, assignments: list[tuple[str, str]]) -> dict:
     from eval.bcp.startup import given_settings
     from policy.registry import PolicyError
 
@@ -166,7 +167,7 @@ def run_manifest(args, *, run_id: str, model: str, server: dict, startup: dict |
 
 
 def cmd_run(args) -> int:
-    config = load_agent_config(args.config, args.set or [])
+    config = load_agent_config(args.config, args.set)
     settings = policy_settings(args.policy, args.policy_set)
     dataset = load_dataset(args.dataset)
     check_index_dir(args.index)
@@ -232,14 +233,8 @@ COMMANDS = {"run": cmd_run, "judge": cmd_judge, "score": cmd_score}
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser(PROG, __doc__).parse_args(argv)
-    try:
-        return COMMANDS[args.command](args)
-    except (UsageError, DifferentRun) as exc:
-        print(f"{PROG} {args.command}: error: {exc}", file=sys.stderr)
-        return 2
-    except CheckFailed as exc:
-        print(f"{PROG} {args.command}: check failed: {exc}", file=sys.stderr)
-        return 1
+    # UsageError -> 2, CheckFailed -> 1 ("check failed"), another run in --out -> 2
+    return run_main(f"{PROG} {args.command}", lambda: COMMANDS[args.command](args), usage(DifferentRun))
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-"""The command line of ``python -m eval.bcp.run`` (its flags, help and error classes); the
-commands themselves are in ``eval/bcp/run.py``."""
+"""The command line of ``python -m eval.bcp.run`` (its flags and help); the commands themselves
+are in ``eval/bcp/run.py``, their errors are ``eval.cli_types``' ``UsageError`` and ``CheckFailed``."""
 
 from __future__ import annotations
 
@@ -7,15 +7,7 @@ import argparse
 from pathlib import Path
 
 from eval.bcp.config import DEFAULT_CONFIG
-from eval.cli_types import Parser, existing_dir, existing_file, int_at_least
-
-
-class UsageError(Exception):
-    """A bad flag value, or an input that is missing or unreadable: one line, exit status 2."""
-
-
-class CheckFailed(Exception):
-    """A check failed (the server is not the one the run was told about): exit status 1."""
+from eval.cli_types import Parser, existing_dir, existing_file, int_at_least, key_value
 
 
 def _policy_names() -> tuple[str, ...]:
@@ -29,7 +21,7 @@ def _add_run_inputs(run: argparse.ArgumentParser) -> None:
                      help="the BCP dataset directory (queries, qrels, corpus; see eval/bcp/data.py)")
     run.add_argument("--config", metavar="FILE", type=existing_file, default=DEFAULT_CONFIG,
                      help="the agent's YAML config (default: eval/bcp/bcp.yaml)")
-    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+    run.add_argument("--set", type=key_value, action="append", default=[], metavar="KEY=VALUE",
                      help="override a config key (the value is read as YAML; search.k etc. for the search "
                           "section); repeatable")
     run.add_argument("--index", metavar="DIR", type=Path, default=None,
@@ -50,7 +42,7 @@ def _add_run_server(run: argparse.ArgumentParser) -> None:
     run.add_argument("--policy", required=True, choices=_policy_names(),
                      help="the server's --cache-policy (checked against the events file's start-up record; "
                           "compare keys on it)")
-    run.add_argument("--policy-set", action="append", default=[], metavar="KEY=VALUE",
+    run.add_argument("--policy-set", type=key_value, action="append", default=[], metavar="KEY=VALUE",
                      help="a --cache-policy-set the server was started with, checked against its start-up "
                           "record; repeatable")
     run.add_argument("--events", metavar="FILE", type=Path, default=None,

@@ -26,13 +26,14 @@ def last_startup(events_path: Path) -> dict | None:
     return records[-1] if records else None
 
 
-def given_settings(policy: str, assignments: Iterable[str]) -> dict:
-    """The ``KEY=VALUE`` settings a run was told, typed as the policy's config types them (a
-    bool given as ``1`` compares equal to the server's ``true``). Raises ``PolicyError`` for a key
-    or value the policy does not accept."""
+def given_settings(policy: str, assignments: Iterable[tuple[str, str]]) -> dict:
+    """The ``(KEY, VALUE)`` settings a run was told (``--policy-set``, split by
+    ``eval.cli_types.key_value``; a later key wins), typed as the policy's config types them (a bool
+    given as ``1`` compares equal to the server's ``true``). Raises ``PolicyError`` for a key or
+    value the policy does not accept."""
     from policy import registry
 
-    raw = registry.parse_assignments(assignments)
+    raw = {key.strip(): value.strip() for key, value in assignments}
     resolved = dataclasses.asdict(registry.resolve_config(policy, raw))
     return {key: resolved[key] for key in raw}
 

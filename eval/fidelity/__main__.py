@@ -5,13 +5,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from eval.cli_types import Parser, int_at_least
+from eval.cli_types import Parser, failed, int_at_least, run_main, usage
 
 PROG = "python -m eval.fidelity"
 
 
 def main(argv: list[str] | None = None) -> int:
-    from eval.fidelity import ScenarioError, ServerError, UsageError, load_scenarios, run_fidelity
+    from eval.fidelity import ScenarioError, ServerError, load_scenarios, run_fidelity
     from eval.fidelity.run import DEFAULT_TOKENS, DEFAULT_TOP
 
     parser = Parser(prog=PROG, description="How far scr answers are from a cold read (eval/fidelity/__init__.py).\n\n"
@@ -28,22 +28,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top", type=int_at_least(1), default=DEFAULT_TOP, metavar="K",
                         help="top-K logprobs per position for the KL")
     args = parser.parse_args(argv)
-    try:
+
+    def body() -> int:
         scenarios = load_scenarios(args.scenarios) if args.scenarios is not None else None
         summary = run_fidelity(args.server, args.out, scenarios, args.events, args.tokens, args.top)
-    except (ScenarioError, UsageError) as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 2
-    except ServerError as exc:
-        print(f"{PROG}: server error: {exc}", file=sys.stderr)
-        return 1
-    print(summary["markdown"])
-    print(f"-> {', '.join(summary['files'])}")
-    for warning in summary["warnings"]:
-        print(f"warning: {warning}", file=sys.stderr)
-    for failure in summary["checks_failed"]:
-        print(f"CHECK FAILED {failure}", file=sys.stderr)
-    return 1 if summary["checks_failed"] else 0
+        print(summary["markdown"])
+        print(f"-> {', '.join(summary['files'])}")
+        for warning in summary["warnings"]:
+            print(f"warning: {warning}", file=sys.stderr)
+        for failure in summary["checks_failed"]:
+            print(f"CHECK FAILED {failure}", file=sys.stderr)
+        return 1 if summary["checks_failed"] else 0
+
+    # eval.fidelity's UsageError -> 2
+    return run_main(PROG, body, usage(ScenarioError), failed(ServerError, label="server error"))
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Callable, Sequence, TextIO
 
-from eval import http, plots
+from eval import cli_types, http, plots
 from eval.fidelity import metrics
 from eval.fidelity.scenarios import Scenario, arm_salt, change_kind, cold_salt, default_scenarios, salt_problem
 from policy.events import RequestEvent
@@ -46,7 +46,7 @@ CSV_FIELDS = (
 STDERR = object()  # run_fidelity's default progress stream: sys.stderr at call time
 
 
-class UsageError(ValueError):
+class UsageError(cli_types.UsageError, ValueError):
     """Bad input before anything is measured (flags, scenario file, server address): exit status 2."""
 
 

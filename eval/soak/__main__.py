@@ -5,13 +5,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from eval.cli_types import Parser, int_at_least, positive_number
+from eval.cli_types import Parser, int_at_least, positive_number, run_main
 
 PROG = "python -m eval.soak"
 
 
 def main(argv: list[str] | None = None) -> int:
-    from eval.soak import UsageError, format_table, run_soak
+    from eval.soak import format_table, run_soak
 
     parser = Parser(prog=PROG, description="Bounded multi-tenant soak of a loopback server (eval/soak/__init__.py).\n\n"
                     "Exit status: 0 every check passed, 1 a check failed, 2 a usage error.")
@@ -40,17 +40,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="tokens generated per request")
     parser.add_argument("--idle-seconds", type=float, default=5.0, metavar="S", help="idle wait after /flush_cache")
     args = parser.parse_args(argv)
-    try:
+
+    def body() -> int:
         report = run_soak(args.server, args.out, minutes=args.minutes, requests=args.requests, seed=args.seed,
                           concurrency=args.concurrency, tenants=args.tenants, events=args.events, log=args.log,
                           policy=args.policy, exact_sample=args.exact_sample, malformed=args.malformed,
                           max_new_tokens=args.max_new_tokens, idle_s=args.idle_seconds)
-    except UsageError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 2
-    print(format_table(report))
-    print(f"-> {args.out / 'report.json'}")
-    return 0 if report["passed"] else 1
+        print(format_table(report))
+        print(f"-> {args.out / 'report.json'}")
+        return 0 if report["passed"] else 1
+
+    return run_main(PROG, body)  # eval.soak's UsageError -> 2
 
 
 if __name__ == "__main__":

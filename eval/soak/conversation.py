@@ -21,6 +21,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+from policy.tokens import common_prefix_len as common_prefix  # noqa: F401  (tests/unit/test_soak.py)
+
 EDIT_KINDS = ("append", "delete_middle", "replace_tail", "repeat")
 
 
@@ -146,12 +148,3 @@ class Conversation:
         self.turn += 1
         self.edits.append(kind)
         return kind, list(self.prompt)
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TextIO
 
+from eval import cli_types
 from eval.soak import checks, client, malformed
 from eval.soak.conversation import Conversation, ConversationConfig, random_ids
 
@@ -33,7 +34,7 @@ ABORT_MODES = ("disconnect", "abort_request", "timeout")
 STDERR = object()  # default progress stream: sys.stderr at call time
 
 
-class UsageError(ValueError):
+class UsageError(cli_types.UsageError, ValueError):
     """Bad arguments or files before anything is sent: exit status 2."""
 
 

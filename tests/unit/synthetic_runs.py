@@ -23,6 +23,7 @@ from pathlib import Path
 
 from patches.events import EventWriter
 from policy.events import RequestEvent
+from policy.tokens import common_prefix_len
 from scr.authors_log import format_line
 
 KEXT = 16  # tokens at the end of each relocated span that are forwarded (KVREUSE_V6_MIN_EXTEND)
@@ -96,20 +97,11 @@ class _Tokens:
         return list(range(self.next - n, self.next))  # unique ids: no accidental matches
 
 
-def _lcp(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
 def _reuse(prompt: list[int], cache: list[tuple[list[int], int]], grid: int) -> int:
     """Deepest kept state on a cached sequence within the shared prefix (and before the last token)."""
     best = 0
     for sequence, prompt_end in cache:
-        limit = min(_lcp(sequence, prompt), len(prompt) - 1)
+        limit = min(common_prefix_len(sequence, prompt), len(prompt) - 1)
         states = [c for c in range(grid, len(sequence), grid)] + [prompt_end]
         best = max([best] + [c for c in states if c <= limit])
     return best

@@ -1,4 +1,5 @@
-"""eval.bcp.data: the §1.3 decryption, loading and validation; eval.bcp.fixtures loads back."""
+"""eval.bcp.data (and its parts crypto, rows, qrels): the §1.3 decryption, loading and validation;
+eval.bcp.fixtures loads back."""
 # Spec: docs/eval.md
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from eval.bcp import data, fixtures
-from eval.bcp.data import DataError, decrypt_record, decrypt_string, encrypt_record, encrypt_string, load_dataset
+from eval.bcp import crypto, data, fixtures
+from eval.bcp.crypto import decrypt_record, decrypt_string, encrypt_record, encrypt_string
+from eval.bcp.data import DataError, load_dataset
 
 PASSWORD = "unit-test password"
 
@@ -90,17 +92,17 @@ def test_decrypted_jsonl_needs_no_password(fixture_dir, monkeypatch):
     with (fixture_dir / data.DECRYPTED_NAME).open("w") as f:
         for r in rows:
             f.write(json.dumps(decrypt_record(r, fixtures.FIXTURE_PASSWORD)) + "\n")
-    monkeypatch.delenv(data.PASSWORD_ENV, raising=False)
+    monkeypatch.delenv(crypto.PASSWORD_ENV, raising=False)
     assert load_dataset(fixture_dir).queries == expected
 
 
 def test_password_sources(fixture_dir, monkeypatch):
     (fixture_dir / "canary.txt").unlink()
-    monkeypatch.delenv(data.PASSWORD_ENV, raising=False)
+    monkeypatch.delenv(crypto.PASSWORD_ENV, raising=False)
     with pytest.raises(DataError, match="encrypted"):
         load_dataset(fixture_dir)
     assert load_dataset(fixture_dir, password=fixtures.FIXTURE_PASSWORD).queries
-    monkeypatch.setenv(data.PASSWORD_ENV, fixtures.FIXTURE_PASSWORD)
+    monkeypatch.setenv(crypto.PASSWORD_ENV, fixtures.FIXTURE_PASSWORD)
     assert load_dataset(fixture_dir).queries
     with pytest.raises(DataError, match="wrong password"):
         load_dataset(fixture_dir, password="not it")

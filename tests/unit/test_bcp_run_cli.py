@@ -142,6 +142,11 @@ def test_usage_errors_are_one_line_with_exit_2(tmp_path, dataset, capsys):
     assert "has no setting 'nope'" in _usage_error(capsys, run_args(dataset, url, tmp_path / "o", None,
                                                                     "--policy-set", "nope=1"))
     assert "agent config" in _usage_error(capsys, run_args(dataset, url, tmp_path / "o", None, "--set", "mode=fast"))
+    assert "is not a YAML value" in _usage_error(capsys, run_args(dataset, url, tmp_path / "o", None,
+                                                                  "--set", "search.k=[5"))
+    for flag, value in (("--set", "mode"), ("--policy-set", "piece_tokens")):  # eval.cli_types.key_value
+        line = _usage_error(capsys, run_args(dataset, url, tmp_path / "o", None, flag, value))
+        assert f"argument {flag}: '{value}': expected KEY=VALUE" in line
     assert "not a run directory" in _usage_error(capsys, ["score", "--run", str(tmp_path)])
     assert "expected NAME=DIR" in _usage_error(capsys, ["--run", str(tmp_path), "--out", str(tmp_path)], compare)
     assert not (tmp_path / "o").exists()

@@ -38,8 +38,11 @@ def test_values_compare_as_json_reads_them():
 
 
 @pytest.mark.parametrize("policy, given, typed", [
-    pytest.param("exact", ["piece_tokens=256"], {"piece_tokens": 256}, id="int"),
-    pytest.param("scr", ["debug=0", "side_tokens=4096"], {"debug": False, "side_tokens": 4096}, id="bool-and-int"),
+    pytest.param("exact", [("piece_tokens", "256")], {"piece_tokens": 256}, id="int"),
+    pytest.param("scr", [("debug", "0"), ("side_tokens", "4096")], {"debug": False, "side_tokens": 4096},
+                 id="bool-and-int"),
+    pytest.param("exact", [("piece_tokens", " 256 "), ("piece_tokens", "512")], {"piece_tokens": 512},
+                 id="stripped-later-wins"),
     pytest.param("radix", [], {}, id="none"),
 ])
 def test_given_settings_are_typed_like_the_policy_config(policy, given, typed):
@@ -47,10 +50,9 @@ def test_given_settings_are_typed_like_the_policy_config(policy, given, typed):
 
 
 @pytest.mark.parametrize("policy, given", [
-    pytest.param("exact", ["nope=1"], id="unknown-key"),
-    pytest.param("exact", ["piece_tokens=many"], id="bad-value"),
-    pytest.param("exact", ["piece_tokens"], id="no-equals"),
-])
+    pytest.param("exact", [("nope", "1")], id="unknown-key"),
+    pytest.param("exact", [("piece_tokens", "many")], id="bad-value"),
+])  # a setting without '=' is refused when the flag is parsed (eval.cli_types.key_value)
 def test_bad_settings_are_policy_errors(policy, given):
     with pytest.raises(PolicyError):
         given_settings(policy, given)

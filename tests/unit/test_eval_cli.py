@@ -1,5 +1,6 @@
-"""The eval command lines read and fail alike (``eval/cli_types.py``): ``--run NAME=DIR``, missing
-inputs as one-line usage errors (exit 2), and help that is complete and shows the defaults."""
+"""The eval command lines read and fail alike (``eval/cli_types.py``): ``--run NAME=DIR`` and
+``--set KEY=VALUE``, missing inputs as one-line usage errors (exit 2), exceptions mapped to exit
+statuses by ``run_main``, and help that is complete and shows the defaults."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import importlib
 
 import pytest
 
-from eval.cli_types import HelpFormatter, Parser, existing_dir, existing_file, name_list, run_spec
+from eval.cli_types import (CheckFailed, HelpFormatter, Parser, UsageError, existing_dir, existing_file, failed,
+                            key_value, name_list, run_main, run_spec, usage)
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -24,6 +26,89 @@ def test_run_spec(text, expected):
 def test_run_spec_rejects(text):
     with pytest.raises(argparse.ArgumentTypeError, match="expected NAME=DIR"):
         run_spec(text)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("piece_tokens=256", ("piece_tokens", "256")),
+    (" mode =plain", ("mode", "plain")),  # the key is stripped
+    ("search.k= 5", ("search.k", " 5")),  # the value is kept as given: the command types it
+    ("a=b=c", ("a", "b=c")),  # only the first '=' splits
+    ("nudge_ratios=", ("nudge_ratios", "")),  # an empty value is a value (YAML null, an empty string)
+])
+def test_key_value(text, expected):
+    assert key_value(text) == expected
+
+
+@pytest.mark.parametrize("text", ["piece_tokens", "=256", " =256", ""])
+def test_key_value_rejects(text):
+    with pytest.raises(argparse.ArgumentTypeError, match="expected KEY=VALUE"):
+        key_value(text)
+
+
+def test_key_value_is_a_repeatable_option(capsys):
+    parser = Parser(prog="prog")
+    parser.add_argument("--set", type=key_value, action="append", default=[])
+    assert parser.parse_args(["--set", "a=1", "--set", "b=x=y"]).set == [("a", "1"), ("b", "x=y")]
+    with pytest.raises(SystemExit) as info:
+        parser.parse_args(["--set", "a"])
+    assert info.value.code == 2
+    assert capsys.readouterr().err == "prog: error: argument --set: 'a': expected KEY=VALUE\n"
+
+
+class Refused(Exception):
+    pass
+
+
+class ServerDown(RuntimeError):
+    pass
+
+
+class LocalUsage(UsageError, ValueError):  # how eval.soak / eval.fidelity declare theirs
+    pass
+
+
+def _raise(exc):
+    def body():
+        raise exc
+    return body
+
+
+RULES = (usage(Refused, label="refused"), failed(ServerDown, label="server error"), usage(KeyError, OSError))
+
+
+@pytest.mark.parametrize("body, status, line", [
+    pytest.param(lambda: 0, 0, "", id="done"),
+    pytest.param(lambda: 1, 1, "", id="body-status-kept"),
+    pytest.param(_raise(UsageError("--index: no such directory")), 2, "prog: error: --index: no such directory",
+                 id="usage-error"),
+    pytest.param(_raise(LocalUsage("bad scenario")), 2, "prog: error: bad scenario", id="usage-error-subclass"),
+    pytest.param(_raise(CheckFailed("policy differs")), 1, "prog: check failed: policy differs", id="check-failed"),
+    pytest.param(_raise(Refused("runs differ")), 2, "prog: refused: runs differ", id="rule-label"),
+    pytest.param(_raise(ServerDown("HTTP 500")), 1, "prog: server error: HTTP 500", id="rule-failed"),
+    pytest.param(_raise(FileNotFoundError("x.jsonl")), 2, "prog: error: x.jsonl", id="rule-subclass"),
+    pytest.param(_raise(KeyError("rid")), 2, "prog: error: 'rid'", id="several-errors-one-rule"),
+])
+def test_run_main(body, status, line, capsys):
+    assert run_main("prog", body, *RULES) == status
+    err = capsys.readouterr().err
+    assert err == (line + "\n" if line else "")
+
+
+def test_run_main_first_matching_rule_wins(capsys):
+    class Both(Refused, ServerDown):
+        pass
+
+    assert run_main("prog", _raise(Both("x")), *RULES) == 2
+    assert capsys.readouterr().err == "prog: refused: x\n"
+    # a command's rules come before the shared ones: a UsageError that is also a ValueError takes the command's
+    assert run_main("prog", _raise(LocalUsage("y")), usage(ValueError, label="input")) == 2
+    assert capsys.readouterr().err == "prog: input: y\n"
+
+
+@pytest.mark.parametrize("exc", [ValueError("a bug"), AttributeError("x"), SystemExit(3)])
+def test_run_main_lets_other_exceptions_through(exc):
+    with pytest.raises(type(exc)):
+        run_main("prog", _raise(exc), *RULES)
 
 
 @pytest.mark.parametrize("text, expected", [

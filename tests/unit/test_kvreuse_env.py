@@ -43,12 +43,23 @@ def test_env_text(value, text):
     assert env_text(value) == text
 
 
-def test_authors_defaults_give_the_field_defaults():
-    assert from_env(AUTHORS_DEFAULTS) == DEFAULT
+SINGLE_PHASE_AT_DEFAULT = {"KVREUSE_V6": "1", "KVREUSE_PIN_ONLY": "0", "KVREUSE_LEAD_FREEZE": "0"}
 
 
-def test_empty_env_gives_the_defaults():
-    assert from_env({}) == DEFAULT
+@pytest.mark.parametrize(
+    "env",
+    [
+        pytest.param(AUTHORS_DEFAULTS, id="authors-defaults"),
+        pytest.param({}, id="empty"),
+        pytest.param({"KVREUSE_MAX_BLOCK": "1", "PATH": "/bin"}, id="unknown-names-ignored"),
+        *(pytest.param({var: raw}, id=f"single-phase-selector-at-default-{var}")
+          for var, raw in SINGLE_PHASE_AT_DEFAULT.items()),
+        *(pytest.param({var: "not a number"}, id=f"dead-knob-ignored-even-when-malformed-{var}")
+          for var in IGNORED_ENV),
+    ],
+)
+def test_env_gives_the_defaults(env):
+    assert from_env(env) == DEFAULT
 
 
 @pytest.mark.parametrize(
@@ -164,31 +175,19 @@ def test_env_invalid_cases_cover_every_field_but_enabled():
     assert covered == set(ENV_VARS.values()) - {"KVREUSE_ENABLED"}
 
 
-def test_env_cross_field_error_comes_from_the_config():
-    with pytest.raises(ValueError) as info:
-        from_env({"KVREUSE_MATCH_WINDOW": "512"})
-    assert str(info.value) == "match_min_tokens=1024: must be <= match_window=512, or no session could ever match"
-
-
-@pytest.mark.parametrize("var", IGNORED_ENV, ids=IGNORED_ENV)
-def test_env_dead_knobs_are_ignored_even_when_malformed(var):
-    assert from_env({var: "not a number"}) == DEFAULT
-
-
-def test_env_unknown_names_are_ignored():
-    assert from_env({"KVREUSE_MAX_BLOCK": "1", "PATH": "/bin"}) == DEFAULT
-
-
 @pytest.mark.parametrize(
-    "var, raw",
+    "make",
     [
-        pytest.param("KVREUSE_V6", "1", id="V6-1"),
-        pytest.param("KVREUSE_PIN_ONLY", "0", id="PIN_ONLY-0"),
-        pytest.param("KVREUSE_LEAD_FREEZE", "0", id="LEAD_FREEZE-0"),
+        pytest.param(lambda: from_env({"KVREUSE_MATCH_WINDOW": "512"}), id="from-the-config"),
+        # validation runs per layer: a bad env layer fails before the settings are applied
+        pytest.param(lambda: resolve({"KVREUSE_MATCH_WINDOW": "512"}, {"match_min_tokens": "256"}),
+                     id="env-layer-validated-before-settings-apply"),
     ],
 )
-def test_env_single_phase_selectors_at_default_are_accepted(var, raw):
-    assert from_env({var: raw}) == DEFAULT
+def test_env_cross_field_error(make):
+    with pytest.raises(ValueError) as info:
+        make()
+    assert str(info.value) == "match_min_tokens=1024: must be <= match_window=512, or no session could ever match"
 
 
 @pytest.mark.parametrize(
@@ -220,15 +219,16 @@ def test_env_single_phase_selectors_rejected(var, raw, message):
     assert str(info.value) == message
 
 
-def test_env_example_script_k3():
-    # examples/serve_qwen36.sh with KVREUSE_MAX_BLOCKS=3 (§14.7), on top of config.DEFAULTS.
-    env = dict(AUTHORS_DEFAULTS, KVREUSE_MAX_BLOCKS="3")
-    assert from_env(env) == dataclasses.replace(DEFAULT, max_blocks=3)
-
-
-def test_env_example_script_scr_off():
-    env = dict(AUTHORS_DEFAULTS, KVREUSE_ENABLED="0")
-    assert from_env(env) == dataclasses.replace(DEFAULT, enabled=False)
+@pytest.mark.parametrize(
+    "script_env, changes",
+    [
+        # examples/serve_qwen36.sh with KVREUSE_MAX_BLOCKS=3 (§14.7), on top of config.DEFAULTS.
+        pytest.param({"KVREUSE_MAX_BLOCKS": "3"}, {"max_blocks": 3}, id="k3"),
+        pytest.param({"KVREUSE_ENABLED": "0"}, {"enabled": False}, id="scr-off"),
+    ],
+)
+def test_env_example_scripts(script_env, changes):
+    assert from_env(dict(AUTHORS_DEFAULTS, **script_env)) == dataclasses.replace(DEFAULT, **changes)
 
 
 def test_env_applies_on_top_of_base():
@@ -246,23 +246,16 @@ def test_env_does_not_mutate_its_input():
 @pytest.mark.parametrize(
     "env, settings, expected",
     [
-        pytest.param({}, {}, 6, id="default"),
-        pytest.param({"KVREUSE_MAX_BLOCKS": "3"}, {}, 3, id="env-over-default"),
-        pytest.param({}, {"max_blocks": "2"}, 2, id="setting-over-default"),
-        pytest.param({"KVREUSE_MAX_BLOCKS": "3"}, {"max_blocks": "2"}, 2, id="setting-over-env"),
-        pytest.param(dict(AUTHORS_DEFAULTS, KVREUSE_MAX_BLOCKS="3"), {"max_blocks": "5"}, 5, id="setting-over-scripts"),
+        pytest.param({}, {}, {"max_blocks": 6}, id="default"),
+        pytest.param({"KVREUSE_MAX_BLOCKS": "3"}, {}, {"max_blocks": 3}, id="env-over-default"),
+        pytest.param({}, {"max_blocks": "2"}, {"max_blocks": 2}, id="setting-over-default"),
+        pytest.param({"KVREUSE_MAX_BLOCKS": "3"}, {"max_blocks": "2"}, {"max_blocks": 2}, id="setting-over-env"),
+        pytest.param(dict(AUTHORS_DEFAULTS, KVREUSE_MAX_BLOCKS="3"), {"max_blocks": "5"}, {"max_blocks": 5},
+                     id="setting-over-scripts"),
+        pytest.param({"KVREUSE_SIDE_SESSIONS": "4", "KVREUSE_TRACE": "0"}, {"trace": "1"},
+                     {"side_sessions": 4, "trace": True}, id="mixed-fields"),
     ],
 )
 def test_precedence(env, settings, expected):
-    assert resolve(env, settings).max_blocks == expected
-
-
-def test_precedence_mixed_fields():
-    config = resolve({"KVREUSE_SIDE_SESSIONS": "4", "KVREUSE_TRACE": "0"}, {"trace": "1"})
-    assert (config.side_sessions, config.trace) == (4, True)
-
-
-def test_env_layer_is_validated_before_settings_apply():
-    # Validation runs per layer: a bad env layer fails before the settings are applied.
-    with pytest.raises(ValueError):
-        resolve({"KVREUSE_MATCH_WINDOW": "512"}, {"match_min_tokens": "256"})
+    config = resolve(env, settings)
+    assert {name: getattr(config, name) for name in expected} == expected
