@@ -90,12 +90,14 @@ def _encode(payload: Payload) -> bytes | None:
     return json.dumps(payload).encode()
 
 
-def _send(method: str | None, url: str, payload: Payload, timeout: float) -> httpx.Response:
+def _send(method: str | None, url: str, payload: Payload, timeout: float,
+          headers: dict[str, str] | None = None) -> httpx.Response:
     """One request on its own connection; transport failures become :class:`NoResponse`."""
     data = _encode(payload)
     method = method or ("POST" if data is not None else "GET")
     try:
-        return _shared_client().request(method, url, content=data, headers=JSON_HEADERS, timeout=timeout)
+        return _shared_client().request(method, url, content=data, headers={**JSON_HEADERS, **(headers or {})},
+                                        timeout=timeout)
     except httpx.TimeoutException as exc:
         raise NoResponse(f"timed out: {exc}", timed_out=True) from None
     except (httpx.RequestError, httpx.InvalidURL, OSError) as exc:
@@ -103,12 +105,12 @@ def _send(method: str | None, url: str, payload: Payload, timeout: float) -> htt
 
 
 def request(url: str, payload: Payload = None, timeout: float = DEFAULT_TIMEOUT_S,
-            method: str | None = None) -> Response:
+            method: str | None = None, headers: dict[str, str] | None = None) -> Response:
     """Send ``payload`` (JSON for a dict or list, as is for bytes; POST when there is one, else
-    GET) and say what came back. Never raises for network or HTTP failures."""
+    GET) with any extra ``headers`` and say what came back. Never raises for network or HTTP failures."""
     start = time.monotonic()
     try:
-        answer = _send(method, url, payload, timeout)
+        answer = _send(method, url, payload, timeout, headers)
     except NoResponse as exc:
         error = "client timeout" if exc.timed_out else f"connection error: {exc}"
         return Response(None, None, error, time.monotonic() - start)

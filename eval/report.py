@@ -29,10 +29,11 @@ import dataclasses
 import json
 import sys
 from pathlib import Path
+from typing import Sequence
 
 from eval.accounting import server_log
 from eval.accounting.flops import QWEN36_27B, flops_per_pair, geometry_from_config, n_body
-from eval.cli_types import Parser, existing_file, int_at_least, run_spec
+from eval.cli_types import Parser, UsageError, existing_file, int_at_least, run_main, run_spec, usage
 from eval.accounting.provenance import check, check_against_events, check_client, rows_from_events, summary
 from policy.events import read_events
 
@@ -46,7 +47,22 @@ def read_client(path: Path) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def ingest(events_path: Path | None, out: Path, model_config: Path | None = None, *, log_path: Path | None = None,
+def merged_events(paths: Path | Sequence[Path]) -> list:
+    """The request events of one events file, or of several (one per worker behind a router),
+    merged in finishing order. A rid in two files is a ``ValueError``: a call is served once."""
+    paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    events, seen = [], {}
+    for path in paths:
+        for event in read_events(str(path)):
+            if event.rid in seen and len(paths) > 1:
+                raise ValueError(f"rid {event.rid} is in {seen[event.rid]} and in {path}")
+            seen[event.rid] = path
+            events.append(event)
+    return events if len(paths) == 1 else sorted(events, key=lambda e: e.finished_ts)
+
+
+def ingest(events_path: Path | Sequence[Path] | None, out: Path, model_config: Path | None = None, *,
+           log_path: Path | None = None,
            client_path: Path | None = None, policy: str | None = None, max_blocks: int | None = None,
            moved_count_in_cached: int = 2) -> tuple[list, list[str]]:
     """Rows and every failed check; writes ``out/requests.csv`` and ``out/summary.json``."""
@@ -61,11 +77,11 @@ def ingest(events_path: Path | None, out: Path, model_config: Path | None = None
         rows = server_log.rows_from_log(parsed, body, pair, policy=policy, moved_count_in_cached=moved_count_in_cached)
         failures = check(rows, body) + server_log.check_log(parsed, max_blocks)
         if events_path is not None:
-            failures += check_against_events(rows, read_events(str(events_path)))
+            failures += check_against_events(rows, merged_events(events_path))
         extra = {"max_blocks": server_log.max_blocks(parsed, max_blocks), "scr_banner": parsed.banner,
                  "moved_count_in_cached": moved_count_in_cached}
     else:
-        rows = rows_from_events(read_events(str(events_path)), body, pair)
+        rows = rows_from_events(merged_events(events_path), body, pair)
         if policy is not None:
             rows = [dataclasses.replace(row, policy=policy) for row in rows]
         failures = check(rows, body)
@@ -80,7 +96,7 @@ def ingest(events_path: Path | None, out: Path, model_config: Path | None = None
             record["class"] = record.pop("klass")
             writer.writerow({k: "" if record[k] is None else record[k] for k in CSV_FIELDS})
     result = {**summary(rows), **extra, "n_body": body, "flops_per_pair": pair,
-              "sources": {"log": _str(log_path), "events": _str(events_path), "client": _str(client_path)},
+              "sources": {"log": _str(log_path), "events": _paths(events_path), "client": _str(client_path)},
               "checks_failed": failures}
     (out / "summary.json").write_text(json.dumps(result, indent=2, sort_keys=True))
     return rows, failures
@@ -88,6 +104,12 @@ def ingest(events_path: Path | None, out: Path, model_config: Path | None = None
 
 def _str(path: Path | None) -> str | None:
     return None if path is None else str(path)
+
+
+def _paths(paths: Path | Sequence[Path] | None) -> str | list[str] | None:
+    if paths is None or isinstance(paths, (str, Path)):
+        return _str(paths)
+    return [str(p) for p in paths]
 
 
 PROG = "python -m eval.report"
@@ -101,20 +123,21 @@ def main(argv: list[str] | None = None) -> int:
     _add_compare(commands)
     args = parser.parse_args(argv)
     if args.command == "compare":
-        return _compare(args)
+        # an unreadable or malformed input (OSError, ValueError, KeyError) is a usage error: exit 2
+        return run_main(PROG, lambda: _compare(args), usage(OSError, ValueError, KeyError))
     if args.log is None and args.events is None:
         parser.error("ingest needs --log or --events")
-    try:
+
+    def body() -> int:
         rows, failures = ingest(args.events, args.out, args.model_config, log_path=args.log, client_path=args.client,
                                 policy=args.policy, max_blocks=args.max_blocks,
                                 moved_count_in_cached=1 if args.moved_counted_once else 2)
-    except (OSError, ValueError, KeyError) as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 2
-    print(f"{len(rows)} requests -> {args.out / 'requests.csv'}, {args.out / 'summary.json'}")
-    for failure in failures:
-        print(f"CHECK FAILED {failure}", file=sys.stderr)
-    return 1 if failures else 0
+        print(f"{len(rows)} requests -> {args.out / 'requests.csv'}, {args.out / 'summary.json'}")
+        for failure in failures:
+            print(f"CHECK FAILED {failure}", file=sys.stderr)
+        return 1 if failures else 0
+
+    return run_main(PROG, body, usage(OSError, ValueError, KeyError))
 
 
 def _add_ingest(commands) -> None:
@@ -125,7 +148,9 @@ def _add_ingest(commands) -> None:
                     "come from the log and are checked against the events).")
     parser.add_argument("--log", type=existing_file, default=None, metavar="FILE",
                         help="server log (SGLang Finish lines and SCR's splice/trace lines)")
-    parser.add_argument("--events", type=existing_file, default=None, metavar="FILE", help="the server's --cache-events file")
+    parser.add_argument("--events", type=existing_file, action="append", default=None, metavar="FILE",
+                        help="the server's --cache-events file; repeat it for the workers behind a router "
+                             "(eval.cluster): their events are merged in finishing order, a rid in two files fails")
     parser.add_argument("--client", type=existing_file, default=None, metavar="FILE",
                         help="client.jsonl (eval.workload, eval.replay): every client request must join one row (C1)")
     parser.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory (requests.csv, summary.json)")
@@ -156,17 +181,11 @@ def _compare(args) -> int:
 
     names = [name for name, _ in args.run]
     if len(set(names)) != len(names):
-        print(f"{PROG}: error: run names repeat: {names}", file=sys.stderr)
-        return 2
+        raise UsageError(f"run names repeat: {names}")
     missing = [f"{name}={path}" for name, path in args.run if not path.is_dir()]
     if missing:
-        print(f"{PROG}: error: --run {', '.join(missing)}: no such directory", file=sys.stderr)
-        return 2
-    try:
-        result = compare.compare(dict(args.run), args.out, baseline=args.baseline)
-    except (OSError, ValueError, KeyError) as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 2
+        raise UsageError(f"--run {', '.join(missing)}: no such directory")
+    result = compare.compare(dict(args.run), args.out, baseline=args.baseline)
     print(result["markdown"])
     print(f"-> {', '.join(str(p) for p in result['files'])}")
     for name, failures in result["checks_failed"].items():

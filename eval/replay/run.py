@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable, Sequence, TextIO
 
+from eval.cluster.affinity import affinity_headers
 from eval.fidelity.run import UsageError, check_loopback, check_reachable
 from eval.soak import client
 from eval.traces.format import TraceCall, TraceError, by_conversation, read_trace
@@ -213,8 +214,10 @@ def check_run_name(run: str) -> str:
 
 
 def run_replay(server_url: str, trace_path: Path, out: Path, run: str = DEFAULT_RUN, concurrency: int = 1,
-               progress: TextIO | None = sys.stderr) -> dict:
-    """The command: check the arguments, the address and the trace, then replay."""
+               progress: TextIO | None = sys.stderr, affinity: bool = False) -> dict:
+    """The command: check the arguments, the address and the trace, then replay. ``affinity``:
+    every call carries ``x-smg-routing-key: <run>.<conversation>`` (for a router in front of
+    several servers; ``eval/cluster/affinity.py``)."""
     check_run_name(run)
     if concurrency < 1:
         raise UsageError(f"--concurrency {concurrency}: must be >= 1")
@@ -228,5 +231,9 @@ def run_replay(server_url: str, trace_path: Path, out: Path, run: str = DEFAULT_
     if os.path.exists(out) and not os.path.isdir(out):
         raise UsageError(f"--out {out}: not a directory")
     check_reachable(base)
-    return replay(lambda path, payload: client.request(base, path, payload, timeout=CALL_TIMEOUT_S),
-                  trace, out, run, concurrency, progress)
+
+    def send(path: str, payload: dict) -> client.Reply:
+        headers = affinity_headers(payload) if affinity else None
+        return client.request(base, path, payload, timeout=CALL_TIMEOUT_S, headers=headers)
+
+    return replay(send, trace, out, run, concurrency, progress)

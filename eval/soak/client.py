@@ -11,8 +11,8 @@ Reply = http.Response  # status, body, error, seconds
 
 
 def request(base: str, path: str, payload: dict | bytes | None = None, timeout: float = 300.0,
-            method: str | None = None) -> Reply:
-    return http.request(base + path, payload, timeout, method)
+            method: str | None = None, headers: dict[str, str] | None = None) -> Reply:
+    return http.request(base + path, payload, timeout, method, headers)
 
 
 def stream_then_disconnect(base: str, path: str, payload: dict, wait: float = 10.0) -> Reply:

@@ -203,7 +203,13 @@ def test_malformed_trace_is_a_usage_error(tmp_path, capsys):
 def test_cli_end_to_end_with_a_fake_transport(trace_file, tmp_path, capsys, monkeypatch):
     server = FakeServer(wrong={"x.c1.1"})
     monkeypatch.setattr(replay_run, "check_reachable", lambda base: None)
-    monkeypatch.setattr(replay_run.client, "request", lambda base, path, payload, timeout: server(path, payload))
+    headers_sent = []
+
+    def request(base, path, payload, timeout, headers=None):
+        headers_sent.append(headers)
+        return server(path, payload)
+
+    monkeypatch.setattr(replay_run.client, "request", request)
     argv = ["--server", "http://localhost:30000/", "--trace", str(trace_file), "--out", str(tmp_path / "o"),
             "--run-id", "x", "--concurrency", "1"]
     assert main(argv) == 1  # the server's ids differ from the trace: a failed check
@@ -211,3 +217,19 @@ def test_cli_end_to_end_with_a_fake_transport(trace_file, tmp_path, capsys, monk
     server.wrong.clear()
     assert main(argv) == 0
     assert "1 calls sent, 3 already done, 4 in the trace" in capsys.readouterr().out
+    assert set(map(str, headers_sent)) == {"None"}  # no routing header unless asked
+
+
+def test_affinity_sends_the_conversation_as_routing_key(trace_file, tmp_path, monkeypatch):
+    server, sent = FakeServer(wrong=set()), []
+
+    def request(base, path, payload, timeout, headers=None):
+        sent.append((payload["rid"], headers))
+        return server(path, payload)
+
+    monkeypatch.setattr(replay_run, "check_reachable", lambda base: None)
+    monkeypatch.setattr(replay_run.client, "request", request)
+    argv = ["--server", "http://localhost:30000/", "--trace", str(trace_file), "--out", str(tmp_path / "o"),
+            "--run-id", "x", "--affinity"]
+    assert main(argv) == 0
+    assert sent and all(headers == {"x-smg-routing-key": rid.rsplit(".", 1)[0]} for rid, headers in sent)

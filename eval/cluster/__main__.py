@@ -1,0 +1,124 @@
+"""``python -m eval.cluster``: see ``eval/cluster/__init__.py``."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from eval.cli_types import (Parser, UsageError, existing_dir, existing_file, int_at_least, name_list, run_main,
+                            usage)
+from eval.cluster.cluster import DEFAULT_ROUTER_POLICY, ROUTER_POLICIES
+
+PROG = "python -m eval.cluster"
+ROOT = Path(__file__).resolve().parents[2]
+EXIT = "\n\nExit status: 0 done, 1 a check failed, 2 a usage error."
+
+
+def _policies() -> tuple[str, ...]:
+    from policy.registry import names
+
+    return names()
+
+
+def serve_parser() -> Parser:
+    parser = Parser(prog=PROG, description=(
+        "Start N patched servers (python -m patches.launch_server) on loopback ports with sglang-router in "
+        "front, print the router's URL, and serve until Ctrl-C or SIGTERM; then stop every process. "
+        "Arguments this command does not know are passed to every worker (server flags, e.g. "
+        "--max-total-tokens 65536 --cache-policy-set piece_tokens=832). Clients that want conversation "
+        "affinity send the header x-smg-routing-key: <rid without its last .turn> (the default router "
+        "policy, manual, pins each key to one worker). `python -m eval.cluster bench --help`: one server "
+        "against the cluster on a trace." + EXIT))
+    parser.add_argument("--workers", type=int_at_least(1), default=2, metavar="N", help="patched servers to start")
+    parser.add_argument("--policy", required=True, metavar="NAME", help="--cache-policy of every worker")
+    parser.add_argument("--router-policy", choices=ROUTER_POLICIES, default=DEFAULT_ROUTER_POLICY,
+                        help="sglang-router's --policy (manual: pinned by x-smg-routing-key)")
+    parser.add_argument("--model", type=existing_dir, default=None, metavar="DIR",
+                        help="model directory (default: the tiny model, built once under .artifacts)")
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "cluster", metavar="DIR",
+                        help="router.log and worker-<i>/{server.log,events.jsonl}")
+    return parser
+
+
+def bench_parser() -> Parser:
+    from eval.bench_policies import DEFAULT_QUESTIONS, DEFAULT_SEED
+
+    parser = Parser(prog=f"{PROG} bench", description=(
+        "Per policy: the trace through one server, then through the router + N workers (once per router "
+        "policy), every run ingested with every check; a table of shares, split conversations, exact's "
+        "per-worker prediction and the throughput ratio measured in this run (eval/cluster/bench.py). "
+        "The tiny model is random: the numbers measure the machinery, not quality." + EXIT))
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "cluster-bench", metavar="DIR", help="output folder")
+    parser.add_argument("--trace", type=existing_file, default=None, metavar="FILE",
+                        help="trace to replay (default: generate the BCP-shaped set with eval.traces synth)")
+    parser.add_argument("--questions", type=int_at_least(1), default=min(4, DEFAULT_QUESTIONS), metavar="N",
+                        help="questions of the generated set")
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, metavar="S", help="seed of the generated set")
+    parser.add_argument("--policies", type=name_list(("radix", "exact", "scr")), default="exact,scr", metavar="LIST",
+                        help="comma-separated policies")
+    parser.add_argument("--workers", type=int_at_least(1), default=2, metavar="N", help="workers behind the router")
+    parser.add_argument("--router-policies", type=name_list(ROUTER_POLICIES), default="manual,cache_aware",
+                        metavar="LIST", help="router policies to measure, one cluster run each")
+    parser.add_argument("--concurrency", type=int_at_least(1), default=4, metavar="N", help="conversations in flight")
+    parser.add_argument("--model", type=existing_dir, default=None, metavar="DIR",
+                        help="model directory (default: the long-context tiny model, built once under .artifacts)")
+    return parser
+
+
+def serve(argv: list[str]) -> int:
+    from eval.cluster.cluster import Cluster
+    from eval.tiny_model import cached_build
+
+    args, server_flags = serve_parser().parse_known_args(argv)
+    if args.policy not in _policies():
+        raise UsageError(f"--policy {args.policy!r}: choose from {', '.join(_policies())}")
+    if any(flag.split("=")[0] in ("--cache-policy", "--port", "--host", "--cache-events") for flag in server_flags):
+        raise UsageError("--cache-policy, --port, --host and --cache-events are set per worker by this command")
+    model = args.model or cached_build(ROOT / ".artifacts")
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    cluster = Cluster(str(model), args.out, args.workers, ["--cache-policy", args.policy, *server_flags],
+                      args.router_policy)
+    print(f"{PROG}: starting {args.workers} workers ({args.policy}) and the router ({args.router_policy})",
+          file=sys.stderr, flush=True)
+    with cluster:
+        for i, server in enumerate(cluster.servers):
+            print(f"{PROG}: worker-{i} {server.url} (log {server.log_path})", file=sys.stderr)
+        print(cluster.url, flush=True)
+        stop.wait()
+    print(f"{PROG}: stopped", file=sys.stderr)
+    return 0
+
+
+def bench(argv: list[str]) -> int:
+    from eval.bench_policies import synth_default
+    from eval.cluster.bench import bench as run_bench, failed
+    from eval.tiny_model import cached_build
+
+    args = bench_parser().parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    trace = args.trace
+    if trace is None:
+        trace = args.out / f"trace-q{args.questions}-s{args.seed}.jsonl"
+        if not trace.exists():
+            synth_default(trace, args.questions, args.seed)
+    model = args.model or cached_build(ROOT / ".artifacts", max_positions=131072)
+    results = run_bench(trace, args.out, args.policies, args.workers, args.router_policies, args.concurrency, model)
+    problems = failed(results)
+    for problem in problems:
+        print(f"{PROG} bench: CHECK FAILED {problem}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["bench"]:
+        return run_main(f"{PROG} bench", lambda: bench(argv[1:]), usage(OSError, ValueError))
+    return run_main(PROG, lambda: serve(argv), usage(OSError))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""Start N patched servers on loopback ports and ``sglang-router`` in front of them; stop them all.
+
+Workers are ``eval.server.ServerProcess`` children (``python -m patches.launch_server``), started
+side by side, each with its own ``--cache-events`` file (``OUT/worker-<i>/events.jsonl``) and log.
+The router is ``python -m sglang_router.launch_router`` (the Rust load balancer of the pinned
+``sglang-router`` wheel) on its own port, in its own process group, logging to
+``OUT/router.log``. Ready means the router's ``/readiness`` answers 200, which it does only once
+every worker is registered and healthy (its ``/health`` answers 200 as soon as the router itself
+is up, before any worker is known, and requests sent then get 503).
+
+Workers run with ``SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=0``: the router health-checks every
+worker's ``/health`` periodically, and SGLang otherwise answers that by generating one token for
+the prompt ``[0]``, a request that lands in the cache and in the events file of a benchmark run.
+
+``stop()`` kills the router's and every worker's process group; it is safe to call twice and runs
+on any failure during start-up, so a failed start leaves no process behind.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from eval import http
+from eval.server import ServerProcess, free_port
+
+ROUTER_POLICIES = ("manual", "cache_aware", "round_robin", "random", "power_of_two")
+DEFAULT_ROUTER_POLICY = "manual"  # pins a conversation's routing key to one worker (eval/cluster/affinity.py)
+WORKER_ENV = {"SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "0"}
+# manual policy: a new routing key goes to the worker holding the fewest keys (the router's default
+# picks one at random, which can put every conversation of a short run on one worker).
+MANUAL_ARGS = ["--assignment-mode", "min_group"]
+READY_TIMEOUT_S = 120.0
+
+
+def router_command(port: int, worker_urls: list[str], policy: str, metrics_port: int,
+                   extra: list[str] | None = None) -> list[str]:
+    """The router's argv: loopback only, its Prometheus port chosen free (the default, 29000, would
+    collide between two clusters), health checks every 10 s."""
+    if policy not in ROUTER_POLICIES:
+        raise ValueError(f"router policy {policy!r}: choose from {', '.join(ROUTER_POLICIES)}")
+    if not worker_urls:
+        raise ValueError("a router needs at least one worker")
+    return [sys.executable, "-m", "sglang_router.launch_router", "--host", "127.0.0.1", "--port", str(port),
+            "--worker-urls", *worker_urls, "--policy", policy, "--prometheus-host", "127.0.0.1",
+            "--prometheus-port", str(metrics_port), "--health-check-interval-secs", "10",
+            "--log-level", "warn", *(MANUAL_ARGS if policy == "manual" else []), *(extra or [])]
+
+
+@dataclass
+class Cluster:
+    """``workers`` patched servers of ``model_path`` with ``server_args`` behind one router."""
+
+    model_path: str
+    out: Path
+    workers: int = 2
+    server_args: list[str] = field(default_factory=list)
+    router_policy: str = DEFAULT_ROUTER_POLICY
+    router_args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    port: int = field(default_factory=free_port)
+    servers: list[ServerProcess] = field(default_factory=list)
+    router: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def worker_dir(self, index: int) -> Path:
+        return self.out / f"worker-{index}"
+
+    def events_paths(self) -> dict[str, Path]:
+        """Worker name (``worker-<i>``) -> its events file."""
+        return {self.worker_dir(i).name: self.worker_dir(i) / "events.jsonl" for i in range(self.workers)}
+
+    def start(self) -> "Cluster":
+        if self.workers < 1:
+            raise ValueError(f"workers {self.workers}: must be >= 1")
+        try:
+            self._start_workers()
+            self._start_router()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start_workers(self) -> None:
+        for i in range(self.workers):
+            folder = self.worker_dir(i)
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "events.jsonl").unlink(missing_ok=True)
+            self.servers.append(ServerProcess(
+                model_path=self.model_path, log_path=folder / "server.log",
+                extra_args=[*self.server_args, "--cache-events", str(folder / "events.jsonl")],
+                env={**WORKER_ENV, **self.env}, graceful_stop=False))
+        with ThreadPoolExecutor(max_workers=self.workers) as pool:
+            for future in [pool.submit(server.start) for server in self.servers]:
+                future.result()
+
+    def _start_router(self) -> None:
+        cmd = router_command(self.port, [s.url for s in self.servers], self.router_policy, free_port(),
+                             self.router_args)
+        self.out.mkdir(parents=True, exist_ok=True)
+        with open(self.out / "router.log", "wb") as log:
+            self.router = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.router.poll() is not None:
+                raise RuntimeError(f"router exited with {self.router.returncode}:\n{self.router_log_tail()}")
+            if http.get(self.url + "/readiness", timeout=5).ok:
+                return
+            time.sleep(0.5)
+        raise TimeoutError(f"router not ready after {READY_TIMEOUT_S:.0f}s:\n{self.router_log_tail()}")
+
+    def router_log_tail(self, lines: int = 30) -> str:
+        path = self.out / "router.log"
+        text = path.read_text(errors="replace") if path.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def fatal_lines(self) -> dict[str, list[str]]:
+        """Per worker, the log lines that mean a broken invariant or a crash (``eval.server``)."""
+        return {self.worker_dir(i).name: s.fatal_lines() for i, s in enumerate(self.servers) if s.fatal_lines()}
+
+    def stop(self) -> None:
+        if self.router is not None:
+            try:
+                os.killpg(self.router.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.router.wait(timeout=30)
+            self.router = None
+        for server in self.servers:
+            server.stop()
+
+    def __enter__(self) -> "Cluster":
+        return self if self.router is not None else self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,154 @@
+"""eval.cluster's pure parts: the routing key, who served what, split conversations, the router's
+argv, the bench's table and failure rules, and eval.report's merge of per-worker events."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from eval.cluster.affinity import (ROUTING_HEADER, affinity_headers, load, routing_key, served_by,
+                                   split_conversations, workers_per_conversation)
+from eval.cluster.bench import failed, max_gap_points, table
+from eval.cluster.cluster import router_command
+
+
+@pytest.mark.parametrize("rid, key", [
+    ("bench.q3.7", "bench.q3"),
+    ("run.conv-a.0", "run.conv-a"),
+    ("run.a.b.12", "run.a.b"),  # only the last part is the turn
+    ("plain", "plain"),
+])
+def test_routing_key_drops_the_turn(rid, key):
+    assert routing_key(rid) == key
+
+
+def test_affinity_headers_name_the_conversation():
+    assert affinity_headers({"rid": "r.c1.4", "input_ids": [1]}) == {ROUTING_HEADER: "r.c1"}
+    assert affinity_headers({"input_ids": [1]}) == {}
+    assert affinity_headers({"rid": ""}) == {}
+
+
+EVENTS = {
+    "worker-0": [{"record": "startup"}, {"rid": "r.a.0"}, {"rid": "r.a.1"}, {"rid": "HEALTH_CHECK_ab"},
+                 {"rid": "r.c.0"}],
+    "worker-1": [{"rid": "r.b.0"}, {"rid": "r.b.1"}, {"rid": "r.c.1"}, {"rid": "HEALTH_CHECK_cd"}],
+}
+
+
+def test_served_by_skips_health_checks_and_start_up_records():
+    where = served_by(EVENTS)
+    assert where == {"r.a.0": "worker-0", "r.a.1": "worker-0", "r.c.0": "worker-0",
+                     "r.b.0": "worker-1", "r.b.1": "worker-1", "r.c.1": "worker-1"}
+
+
+def test_a_call_served_twice_is_an_error():
+    with pytest.raises(ValueError, match="r.a.0"):
+        served_by({"worker-0": [{"rid": "r.a.0"}], "worker-1": [{"rid": "r.a.0"}]})
+
+
+def test_split_conversations_and_load():
+    where = served_by(EVENTS)
+    assert workers_per_conversation(where) == {"r.a": ["worker-0"], "r.b": ["worker-1"],
+                                                "r.c": ["worker-0", "worker-1"]}
+    assert split_conversations(where) == ["r.c"]
+    assert load(where, ["worker-0", "worker-1", "worker-2"]) == {
+        "worker-0": {"calls": 3, "conversations": 2}, "worker-1": {"calls": 3, "conversations": 2},
+        "worker-2": {"calls": 0, "conversations": 0}}
+
+
+def test_router_command_is_loopback_with_its_own_metrics_port():
+    cmd = router_command(4000, ["http://127.0.0.1:1", "http://127.0.0.1:2"], "manual", 4001)
+    assert cmd[1:3] == ["-m", "sglang_router.launch_router"]
+    text = " ".join(cmd)
+    assert "--host 127.0.0.1 --port 4000" in text
+    assert "--worker-urls http://127.0.0.1:1 http://127.0.0.1:2 --policy manual" in text
+    assert "--prometheus-host 127.0.0.1 --prometheus-port 4001" in text
+    assert "--assignment-mode min_group" in text  # new conversations go to the least-loaded worker
+    assert "--assignment-mode" not in " ".join(router_command(4000, ["http://127.0.0.1:1"], "cache_aware", 4001))
+
+
+@pytest.mark.parametrize("policy, workers, message", [
+    ("sticky", ["http://127.0.0.1:1"], "router policy 'sticky'"),
+    ("manual", [], "at least one worker"),
+])
+def test_router_command_refuses(policy, workers, message):
+    with pytest.raises(ValueError, match=message):
+        router_command(1, workers, policy, 2)
+
+
+def _arm(shares, replay_s, **extra):
+    return {"shares": dict(zip(("prefix_reused_share", "moved_share", "read_share"), shares)),
+            "replay_s": replay_s, "checks_failed": [], **extra}
+
+
+def _results(cluster_shares=(0.5, 0.2, 0.3), split=(), equal=10):
+    single = _arm((0.5, 0.2, 0.3), 100.0, exact_prediction={"equal": 10, "calls": 10})
+    cluster = _arm(cluster_shares, 80.0, router_policy="manual", split_conversations=list(split), conversations=4,
+                   load={"worker-0": {"calls": 6}, "worker-1": {"calls": 4}},
+                   exact_prediction={"equal": equal, "calls": 10})
+    return {"exact": {"single": single, "2w-manual": cluster}}
+
+
+def test_gap_in_points():
+    assert max_gap_points({"prefix_reused_share": 0.5, "moved_share": 0.2, "read_share": 0.3},
+                          {"prefix_reused_share": 0.48, "moved_share": 0.2, "read_share": 0.32}) == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("kwargs, problem", [
+    ({}, None),
+    ({"split": ["r.c"]}, "conversations split"),
+    ({"equal": 9}, "differs from its prediction"),
+    ({"cluster_shares": (0.48, 0.2, 0.32)}, "more than 1 point"),
+])
+def test_failed_rules(kwargs, problem):
+    problems = failed(_results(**kwargs))
+    if problem is None:
+        assert problems == []
+    else:
+        assert len(problems) == 1 and problem in problems[0]
+
+
+def test_cache_aware_splits_are_measured_not_failed():
+    results = _results(split=["r.c"])
+    results["exact"]["2w-manual"]["router_policy"] = "cache_aware"
+    assert failed(results) == []
+
+
+def test_table_cells():
+    text = table(_results(split=["r.c"]), 10)
+    assert "| conversations split across workers |  | 1/4 |" in text
+    assert "| calls per worker |  | 6 / 4 |" in text
+    assert "| exact: calls equal to exact_cache.replay (per worker) | 10/10 | 10/10 |" in text
+    assert "| throughput ratio to single | 1.00 | 1.25 |" in text
+    assert "| prefix / moved / read | 50.0% / 20.0% / 30.0% |" in text
+
+
+def _event(rid, finished, prompt=10):
+    from policy.events import RequestEvent
+
+    return RequestEvent(rid=rid, policy="exact", prompt_tokens=prompt, prefix_reused=0, moved=0, read=prompt,
+                        decode_tokens=1, cache_salt=None, plan_resume=0, finish_reason="length",
+                        queued_ts=finished - 1, finished_ts=finished).to_dict()
+
+
+def test_report_merges_worker_events_in_finishing_order(tmp_path):
+    from eval.report import ingest, merged_events
+
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_text("\n".join(json.dumps(e) for e in [{"record": "startup", "policy": "exact"}, _event("r.x.0", 1.0), _event("r.x.1", 3.0)]))
+    b.write_text(json.dumps(_event("r.y.0", 2.0)) + "\n")
+    assert [e.rid for e in merged_events([a, b])] == ["r.x.0", "r.y.0", "r.x.1"]
+    rows, failures = ingest([a, b], tmp_path / "out")
+    assert failures == [] and len(rows) == 3
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["sources"]["events"] == [str(a), str(b)]
+
+
+def test_report_refuses_a_rid_in_two_worker_files(tmp_path):
+    from eval.report import merged_events
+
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_text(json.dumps(_event("r.x.0", 1.0)) + "\n")
+    b.write_text(json.dumps(_event("r.x.0", 2.0)) + "\n")
+    with pytest.raises(ValueError, match="r.x.0"):
+        merged_events([a, b])
