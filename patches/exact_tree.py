@@ -23,6 +23,8 @@ from sglang.srt.mem_cache.radix_cache import RadixKey
 from sglang.srt.mem_cache.unified_cache_components import ComponentType
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
+from serving.request_book import piece_shortfall
+
 BACKEND_NAME = "exact"
 
 
@@ -116,11 +118,9 @@ def whole_piece_budget(original, adder, req):
     a short budget, by the shortfall, for this one call.
     """
     executor = ExactRadixCache.executor
-    needed = executor.next_piece_len(req) if executor is not None else None
-    free = int(adder.rem_total_tokens)
-    if needed is None or not 0 < free < needed:
+    shortfall = piece_shortfall(executor.next_piece_len(req) if executor else None, int(adder.rem_total_tokens))
+    if not shortfall:
         return original(adder, req)
-    shortfall = needed - free
     adder.rem_total_token_offset -= shortfall
     try:
         return original(adder, req)

@@ -15,13 +15,13 @@ than the plan), the request is aborted. Either way the log says ``FALLBACK_LOG``
 from __future__ import annotations
 
 import logging
-import time
 
 from serving import faults
 from patches.events import EventWriter
-from policy.api import Arrival, Extend, Plan, Release
+from policy.api import Arrival, Plan, Release
 from policy.events import RequestEvent
-from serving.request_book import RequestBook, event_fields, finish_type, prefix_match_cap
+from serving.request_book import (RequestBook, check_invariants, finish_type, forget_stale, prefix_match_cap,
+                                  request_event, tree_plan_problem)
 
 logger = logging.getLogger(__name__)
 
@@ -53,13 +53,17 @@ class PolicyExecutor:
         reason = self._failed(req, step, "abort", exc)
         req.to_finish = abort_reason(f"cache policy {self.policy.name}: {reason}")
 
+    def after_match(self, result, req, tree_cache=None, *args, **kwargs) -> None:
+        """AFTER ``Req.init_next_round_input``: a match against the tree (not the chunked path's call)."""
+        if tree_cache is not None:
+            self.on_matched(req)
+
     def on_matched(self, req) -> None:
         """After SGLang matched ``req`` against the prefix tree (again at every scheduling attempt
         until it is admitted: the latest plan wins, the first sighting's time is kept)."""
         tree_hit = len(req.prefix_indices)
         if self.plans_in_tree:
-            tracked = self._tracked.get(req.rid)
-            planned = tracked.plan.resume if tracked is not None and tracked.plan is not None else None
+            planned = self._tracked.planned_resume(req.rid)
             if planned != tree_hit:
                 # The exact tree checks this itself; reaching here means the answer cannot be exact.
                 self.abort(req, "match", AssertionError(f"SGLang resumes at {tree_hit}, the plan at {planned}"))
@@ -74,14 +78,9 @@ class PolicyExecutor:
     def _plan_radix(self, req, tokens: tuple[int, ...], tree_hit: int) -> None:
         faults.check(f"{self.policy.name}.plan", req.rid)
         plan = self.policy.plan(Arrival(rid=req.rid, tokens=tokens, cache_key=req.extra_key, tree_hit=tree_hit))
-        if plan.resume != tree_hit:
-            raise NotImplementedError(
-                f"plan {plan.rid}: resume {plan.resume} differs from the tree hit {tree_hit}; "
-                "only a policy that plans inside the tree may move the resume point"
-            )
-        for step in plan.steps:
-            if not isinstance(step, Extend):
-                raise NotImplementedError(f"plan {plan.rid}: step {step!r} needs a policy that plans inside the tree")
+        problem = tree_plan_problem(plan, tree_hit)
+        if problem is not None:
+            raise NotImplementedError(problem)
         self._track(req, tokens, plan)
 
     def plan_exact(self, req, matched: int, states: tuple[int, ...]) -> Plan:
@@ -120,15 +119,12 @@ class PolicyExecutor:
 
     def next_piece_len(self, req) -> int | None:
         """Length of the planned forward that starts where ``req`` has read to, if any."""
-        tracked = self._tracked.get(req.rid)
-        return tracked.next_piece_len(len(req.prefix_indices)) if tracked is not None else None
+        return self._tracked.next_piece_len(req.rid, len(req.prefix_indices))
 
     def snapshot_written(self, req, position: int, kind: str) -> None:
-        tracked = self._tracked.get(req.rid)
-        if tracked is not None:
-            tracked.snapshots.append([position, kind])
+        self._tracked.snapshot_written(req.rid, position, kind)
 
-    def on_release(self, req) -> None:
+    def on_release(self, req, *args, **kwargs) -> None:
         """Before SGLang frees the request's KV: report it to the policy and write its event."""
         if not req.finished():
             return
@@ -149,39 +145,29 @@ class PolicyExecutor:
 
     def _event(self, req, tracked) -> RequestEvent:
         prompt_tokens = len(req.origin_input_ids)
-        reused = min(req.cached_tokens, prompt_tokens)
-        kept = event_fields(tracked, match_cap(req, prompt_tokens))
-        return RequestEvent(rid=req.rid, policy=self.policy.name, prompt_tokens=prompt_tokens, prefix_reused=reused,
-                            moved=0, read=prompt_tokens - reused, decode_tokens=len(req.output_ids),
-                            cache_salt=req.extra_key, finish_reason=finish_type(req.finished_reason),
-                            finished_ts=time.time(), **kept)
+        return request_event(tracked, match_cap(req, prompt_tokens), rid=req.rid, policy=self.policy.name,
+                             prompt_tokens=prompt_tokens, cached_tokens=req.cached_tokens,
+                             decode_tokens=len(req.output_ids), cache_salt=req.extra_key,
+                             finish_reason=finish_type(req.finished_reason))
 
-    def on_abort(self, scheduler, recv_req) -> None:
+    def on_abort(self, scheduler, recv_req, *args, **kwargs) -> None:
         """BEFORE ``Scheduler.abort_request``: requests it pops from the waiting queue never reach
         ``release_kv_cache``; forget them here (they read nothing, so they write no event)."""
-        for rid in aborted_waiting(scheduler, recv_req):
-            self._tracked.pop(rid, None)
+        for req in aborted_waiting(scheduler, recv_req):
+            self._tracked.pop(req.rid, None)
 
-    def on_idle(self, scheduler) -> None:
-        if not scheduler.is_fully_idle():
-            return
-        if self._tracked:
-            # Requests aborted before admission never reach release_kv_cache.
-            logger.error(STALE_LOG, len(self._tracked), sorted(self._tracked)[:5])
-            self._tracked.clear()
-        try:
-            self.policy.check()
-        except AssertionError:
-            # A broken invariant is a bug to see in the log, not a reason to stop serving.
-            logger.exception("cache-policy executor: policy invariant check failed")
+    def on_idle(self, scheduler, *args, **kwargs) -> None:
+        if scheduler.is_fully_idle():
+            forget_stale(self._tracked, logger, STALE_LOG)
+            check_invariants(self.policy, logger, "cache-policy executor: policy invariant check failed")
 
 
-def aborted_waiting(scheduler, recv_req) -> list[str]:
-    """Rids ``Scheduler.abort_request`` will pop from the waiting queue (its own rule: every
+def aborted_waiting(scheduler, recv_req) -> list:
+    """The requests ``Scheduler.abort_request`` will pop from the waiting queue (its own rule: every
     request when ``abort_all``, else those whose rid starts with the given one)."""
     prefix = getattr(recv_req, "rid", None) or ""
     everything = bool(getattr(recv_req, "abort_all", False))
-    return [req.rid for req in scheduler.waiting_queue if everything or req.rid.startswith(prefix)]
+    return [req for req in scheduler.waiting_queue if everything or req.rid.startswith(prefix)]
 
 
 def abort_reason(message: str):

@@ -133,6 +133,41 @@ def set_executor(executor) -> None:
     _state["executor"] = executor
 
 
+def starter(spec, make):
+    """A hook set's AFTER hook of ``Scheduler.__init__``: once the scheduler's pools and tree exist,
+    ``make(scheduler, policy, events, leader)`` builds the object the set's hooks drive."""
+
+    def after_scheduler_init(result, scheduler, *args, **kwargs):
+        from patches.events import EventWriter
+
+        leader = is_leader(scheduler)
+        events = EventWriter(spec.events_path) if spec.events_path is not None and leader else None
+        set_executor(make(scheduler, spec.build(), events, leader))
+        if leader:
+            logger.info("cache policy %s started with config %s", spec.policy, spec.config)
+
+    return after_scheduler_init
+
+
+def forward(method: str, kind: str):
+    """A hook of ``kind`` calling ``executor().<method>`` with SGLang's arguments once it exists.
+
+    AROUND hooks get ``original`` first and return the answer; BEFORE and AFTER hooks return None,
+    which SGLang's registry reads as "arguments and result unchanged". Before the executor exists,
+    SGLang's own code runs alone."""
+
+    def hook(*args, **kwargs):
+        target = executor()
+        if kind == "around":
+            original, *rest = args
+            return original(*rest, **kwargs) if target is None else getattr(target, method)(*args, **kwargs)
+        if target is not None:
+            getattr(target, method)(*args, **kwargs)
+
+    hook.__name__ = f"{kind}_{method}"
+    return hook
+
+
 def _install_policy_hooks(register, spec) -> None:
     """The hook set the registry names for this policy (``policy.registry.hook_installer``)."""
     from policy.registry import hook_installer, hooks_path

@@ -2,16 +2,13 @@
 registered policy) after SGLang's own prefix match, ``exact`` inside its own radix tree.
 
 Named by ``policy.registry`` (``install_plain``, ``install_exact``); ``patches.plugin`` calls the
-one the selected policy names. Each hook only forwards to the executor, which contains failures.
+one the selected policy names. Each hook only forwards to the executor (``plugin.forward``), which
+contains failures.
 """
 
 from __future__ import annotations
 
-import logging
-
 from patches import plugin
-
-logger = logging.getLogger(__name__)
 
 
 def install_plain(register, spec) -> None:
@@ -34,44 +31,20 @@ def install_exact(register, spec) -> None:
     _install_executor_hooks(register, spec, plans_in_tree=True)
 
 
-def _start_executor(scheduler, spec, plans_in_tree: bool) -> None:
-    from patches.events import EventWriter
-    from patches.executor import PolicyExecutor
-
-    leader = plugin.is_leader(scheduler)
-    events = EventWriter(spec.events_path) if spec.events_path is not None and leader else None
-    executor = PolicyExecutor(spec.build(), events, plans_in_tree=plans_in_tree)
-    plugin.set_executor(executor)
-    if plans_in_tree:
-        from patches.exact_tree import attach
-
-        attach(scheduler, executor, spec)
-    if leader:
-        logger.info("cache policy %s started with config %s", spec.policy, spec.config)
-
-
 def _install_executor_hooks(register, spec, plans_in_tree: bool) -> None:
-    def after_scheduler_init(result, scheduler, server_args, *args, **kwargs):
-        _start_executor(scheduler, spec, plans_in_tree)
+    def make(scheduler, policy, events, leader: bool):
+        from patches.executor import PolicyExecutor
 
-    def after_match(result, req, tree_cache=None, *args, **kwargs):
-        if tree_cache is not None and plugin.executor() is not None:
-            plugin.executor().on_matched(req)
+        executor = PolicyExecutor(policy, events, plans_in_tree=plans_in_tree)
+        if plans_in_tree:
+            from patches.exact_tree import attach
 
-    def before_release(req, tree_cache, *args, **kwargs):
-        if plugin.executor() is not None:
-            plugin.executor().on_release(req)
+            attach(scheduler, executor, spec)
+        return executor
 
-    def before_idle(scheduler, *args, **kwargs):
-        if plugin.executor() is not None:
-            plugin.executor().on_idle(scheduler)
-
-    def before_abort(scheduler, recv_req, *args, **kwargs):
-        if plugin.executor() is not None:
-            plugin.executor().on_abort(scheduler, recv_req)
-
-    register(plugin.SCHEDULER_INIT, after_scheduler_init, "after")
-    register(plugin.REQ_MATCHED, after_match, "after")
-    register(plugin.RELEASE_KV, before_release, "before")
-    register(plugin.SCHEDULER_IDLE, before_idle, "before")
-    register(plugin.ABORT, before_abort, "before")
+    register(plugin.SCHEDULER_INIT, plugin.starter(spec, make), "after")
+    for target, method, kind in [
+        (plugin.REQ_MATCHED, "after_match", "after"), (plugin.RELEASE_KV, "on_release", "before"),
+        (plugin.SCHEDULER_IDLE, "on_idle", "before"), (plugin.ABORT, "on_abort", "before"),
+    ]:
+        register(target, plugin.forward(method, kind), kind)

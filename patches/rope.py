@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from scr.rotary import RotaryMismatch, expected_text_rotary, rotary_problem  # noqa: F401 (re-exported)
+from scr.rotary import RotaryMismatch, expected_text_rotary, rotary_layer, rotary_problem
 
 
 def rerotate_keys_from_cache(keys: torch.Tensor, old_pos: torch.Tensor, new_pos: torch.Tensor,
@@ -74,15 +74,11 @@ def text_rotary(model, layer_ids, text_config, context_len: int | None = None):
 
 
 def _layer_rotaries(model, layer_ids) -> dict:
-    """``{layer id: module}`` for modules with a cos/sin table under ``…layers.<id>.…``, vision tower excluded."""
+    """``{layer id: module}`` for modules with a cos/sin table on layers ``layer_ids`` (``rotary_layer``)."""
     found = {}
     for name, module in model.named_modules(remove_duplicate=False):
-        if not (hasattr(module, "cos_sin_cache") and hasattr(module, "rotary_dim")):
-            continue
-        if name.startswith(("visual", "vision")) or ".visual." in name or ".vision" in name:
-            continue
-        parts = name.split(".")
-        for index, part in enumerate(parts[:-1]):
-            if part == "layers" and parts[index + 1].isdigit() and int(parts[index + 1]) in layer_ids:
-                found.setdefault(int(parts[index + 1]), module)
+        has_table = hasattr(module, "cos_sin_cache") and hasattr(module, "rotary_dim")
+        layer = rotary_layer(name, layer_ids) if has_table else None
+        if layer is not None:
+            found.setdefault(layer, module)
     return found

@@ -50,21 +50,36 @@ class SideBuffer:
 
 
 class StateShadow:
-    """One saved recurrent state (every conv component + the SSM state, all linear layers) per side slot."""
+    """One saved recurrent state (every conv component + the temporal state, all linear layers) per
+    side slot, copied to and from the state slots of SGLang's state pool ``pool``."""
 
-    def __init__(self, conv: list[torch.Tensor], temporal: torch.Tensor, sessions: int):
-        self.sessions = sessions
+    def __init__(self, pool, sessions: int):
+        self.pool = pool
         # One tensor per live part, in the order (*conv, temporal), with the slot axis in place of the row axis.
         self.parts = [torch.zeros((t.shape[0], sessions, *t.shape[2:]), dtype=t.dtype, device=t.device)
-                      for t in (*conv, temporal)]
+                      for t in self._live()]
 
-    def save(self, slot: int, conv: list[torch.Tensor], temporal: torch.Tensor, state_index: int) -> None:
-        for shadow, live in zip(self.parts, (*conv, temporal)):
+    def _live(self) -> list[torch.Tensor]:
+        return [*self.pool.conv, self.pool.temporal]
+
+    def save(self, slot: int, state_index: int) -> None:
+        """§9.2: state slot ``state_index`` -> the shadow row of side slot ``slot``."""
+        for shadow, live in zip(self.parts, self._live()):
             shadow[:, slot] = live[:, state_index]
 
-    def restore(self, slot: int, conv: list[torch.Tensor], temporal: torch.Tensor, state_index: int) -> None:
-        for shadow, live in zip(self.parts, (*conv, temporal)):
-            live[:, state_index] = shadow[:, slot]
+    def restore(self, slot: int, state_index: int) -> None:
+        """§9.4 (fork): the shadow row of ``slot`` overwrites state slot ``state_index``. The slot's
+        own state is kept aside first and put back if the copy fails half-way, so a fallback (a
+        plain read from the stop) starts from the state phase 1 left."""
+        live_parts = self._live()
+        own = [t[:, state_index].clone() for t in live_parts]
+        try:
+            for shadow, live in zip(self.parts, live_parts):
+                live[:, state_index] = shadow[:, slot]
+        except Exception:
+            for live, saved in zip(live_parts, own):
+                live[:, state_index] = saved
+            raise
 
 
 class ScrTensors:
@@ -80,8 +95,7 @@ class ScrTensors:
         self.side = SideBuffer(self.pool_kv, config.side_sessions, config.side_tokens)
         mamba_pool = getattr(scheduler.req_to_token_pool, "mamba_pool", None)
         self.state = mamba_pool.mamba_cache if mamba_pool is not None else None
-        self.shadow = (StateShadow(self.state.conv, self.state.temporal, config.side_sessions)
-                       if self.state is not None and config.ssm else None)
+        self.shadow = StateShadow(self.state, config.side_sessions) if self.state is not None and config.ssm else None
         model_config = scheduler.model_config
         # Raises RotaryMismatch (the plugin turns it into a refusal to start, exit 2).
         self.rotary = text_rotary(scheduler.tp_worker.model_runner.model, self.layers,
@@ -109,25 +123,8 @@ class ScrTensors:
         """§5.2: rows ``[keep, end)`` of a request's K/V -> the same rows of side slot ``slot``."""
         self.side.store(slot, self.pool_kv, self.prefix_rows(pool_index, kv_len), keep, end)
 
-    def save_state(self, slot: int, state_index: int) -> None:
-        """§9.2: the state row ``state_index`` -> the shadow row of side slot ``slot``."""
-        self.shadow.save(slot, self.state.conv, self.state.temporal, state_index)
-
-    def restore_state(self, slot: int, state_index: int) -> None:
-        """§9.4 (fork): the shadow row of ``slot`` overwrites state row ``state_index``. The row's
-        own state is kept aside first and put back if the copy fails half-way, so a fallback (a
-        plain read from the stop) starts from the state phase 1 left."""
-        live_parts = (*self.state.conv, self.state.temporal)
-        own = [t[:, state_index].clone() for t in live_parts]
-        try:
-            self.shadow.restore(slot, self.state.conv, self.state.temporal, state_index)
-        except Exception:
-            for live, saved in zip(live_parts, own):
-                live[:, state_index] = saved
-            raise
-
     def state_sum(self, state_index: int | None = None, slot: int | None = None) -> float:
-        """Checksum of a live state row or a shadow row, for the trace (a device sync on GPU)."""
+        """Checksum of a state slot or a shadow row, for the trace (a device sync on GPU)."""
         if slot is not None:
             return float(self.shadow.parts[-1][:, slot].abs().sum())
         return float(self.state.temporal[:, state_index].abs().sum())

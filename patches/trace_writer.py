@@ -10,6 +10,7 @@ import logging
 import os
 
 from serving.jsonl_append import JsonlAppender
+from serving.request_book import finish_type
 from serving.trace_record import TRACE_ENV, set_trace_env, trace_record  # noqa: F401 - the launcher's
 
 logger = logging.getLogger(__name__)
@@ -19,8 +20,6 @@ _state: dict = {"writer": None}
 
 def trace_line(req, finish_reason: str | None = None) -> dict:
     """The trace line of an SGLang ``Req`` (``finish_reason`` overrides the request's own)."""
-    from patches.executor import finish_type
-
     return trace_record(req.rid, req.extra_key, req.origin_input_ids, req.output_ids,
                         finish_reason or finish_type(req.finished_reason))
 
@@ -53,10 +52,8 @@ def install(register) -> bool:
     def before_abort(scheduler, recv_req, *args, **kwargs):
         from patches.executor import aborted_waiting
 
-        popped = set(aborted_waiting(scheduler, recv_req))
-        for req in scheduler.waiting_queue:
-            if req.rid in popped:
-                _write(req, "abort")
+        for req in aborted_waiting(scheduler, recv_req):
+            _write(req, "abort")
 
     register(plugin.SCHEDULER_INIT, after_scheduler_init, "after")
     register(plugin.RELEASE_KV, before_release, "before")

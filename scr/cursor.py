@@ -3,13 +3,13 @@
 For block i with relocated rows at new positions ``[stop_i, stop_i + rows_i)``::
 
     new prompt |0 .. radix_n0|radix_n0 .. stop_1|rows_1 (moved)|kext + text .. stop_2|rows_2| ... tail |
-                 from the tree  phase 1: read     splice 1       read                 splice 2   read
+                 from the tree  phase 1: read     relocate 1     read                 relocate 2 read
 
 * phase 1: read up to the block's stop (as SGLang's chunked request, so no token is sampled);
-* phase 2: at exactly ``stop``, splice the block's rows (``Splice``), then continue with the
-  next block, or read the rest of the prompt normally.
+* phase 2: at exactly ``stop``, relocate the block's rows (``Relocation``), then continue with
+  the next block, or read the rest of the prompt normally.
 The scheduler side reports prefix lengths; the cursor (and ``phase1_step``) answers with what to
-do. Pure logic; the other rules the executor asks are in ``scr.execution``.
+do. Pure logic; the other rules the runner asks are in ``scr.execution``.
 """
 # Spec: docs/scr.md
 
@@ -24,12 +24,12 @@ from scr.planner import Block
 class Decision:
     """Outcome of the waiting-queue pass (§7.2)."""
 
-    action: str  # "phase1" | "direct_splice" | "retry" | "drop" | "gated"
+    action: str  # "phase1" | "relocate_now" | "retry" | "drop" | "gated"
     reason: str = ""
 
 
 @dataclass(frozen=True)
-class Splice:
+class Relocation:
     """Relocate ``block`` now: side rows ``[old_start, old_start + num_rows)`` to new positions
     ``[prefix, prefix + num_rows)``; ``arm_restore`` = overwrite the recurrent state (block 1, fork)."""
 
@@ -38,21 +38,21 @@ class Splice:
     arm_restore: bool
 
 
-class SpliceCursor:
+class RelocationCursor:
     """Where one request is in its plan: which block it works towards, and how often it waited.
 
-    Mutated only by its own methods (``decide`` counts retries, ``after_splice`` moves on)."""
+    Mutated only by its own methods (``decide`` counts retries, ``after_relocation`` moves on)."""
 
-    def __init__(self, blocks: tuple[Block, ...], lead_new_end: int, splice_retry: int, restore: bool):
+    def __init__(self, blocks: tuple[Block, ...], lead_new_end: int, max_retries: int, restore: bool):
         if not blocks:
             raise ValueError("a cursor needs at least one block")
         self.blocks = blocks
         self.lead_new_end = lead_new_end
-        self.splice_retry = splice_retry
+        self.max_retries = max_retries  # the ``splice_retry`` setting
         self.restore = restore  # the state gate asked for a restore at block 1
         self.retries = 0
         self.index = 0  # 0-based index of the block being worked towards
-        self.spliced = 0
+        self.relocated = 0
 
     @property
     def stop(self) -> int:
@@ -62,21 +62,21 @@ class SpliceCursor:
     def decide(self, radix_n0: int, chunked_slot_busy: bool, gate_allows: bool) -> Decision:
         """§7.2 steps 6-8, at a waiting-queue pass after SGLang's own prefix match (``radix_n0``)."""
         if chunked_slot_busy or radix_n0 > self.lead_new_end:
-            if chunked_slot_busy and self.retries < self.splice_retry:
+            if chunked_slot_busy and self.retries < self.max_retries:
                 self.retries += 1
-                return Decision("retry", f"chunked slot busy ({self.retries}/{self.splice_retry})")
+                return Decision("retry", f"chunked slot busy ({self.retries}/{self.max_retries})")
             cause = "chunked slot busy" if chunked_slot_busy else f"radix match {radix_n0} past the lead {self.lead_new_end}"
             return Decision("drop", cause)
         if not gate_allows:
             return Decision("gated")
         if self.stop - radix_n0 >= 1:
             return Decision("phase1")
-        return Decision("direct_splice")
+        return Decision("relocate_now")
 
-    def at_prefix(self, prefix_len: int) -> Splice | str:
-        """A forward ended with ``prefix_len`` tokens in place (§7.4): splice, keep reading, or abort.
+    def at_prefix(self, prefix_len: int) -> Relocation | str:
+        """A forward ended with ``prefix_len`` tokens in place (§7.4): relocate, keep reading, or abort.
 
-        Returns a ``Splice``, ``"read"`` (continue phase 1 up to ``stop``) or ``"abort"`` (the
+        Returns a ``Relocation``, ``"read"`` (continue phase 1 up to ``stop``) or ``"abort"`` (the
         prefix went past the stop: serve the rest normally).
         """
         if prefix_len < self.stop:
@@ -84,16 +84,16 @@ class SpliceCursor:
         if prefix_len > self.stop:
             return "abort"
         block = self.blocks[self.index]
-        first = self.spliced == 0
-        return Splice(block, self.index + 1, arm_restore=first and self.restore)
+        first = self.relocated == 0
+        return Relocation(block, self.index + 1, arm_restore=first and self.restore)
 
-    def after_splice(self) -> "NextBlock":
-        """Record the splice of the current block and say what follows (§7.5 step 9): the next
+    def after_relocation(self) -> "NextBlock":
+        """Record the relocation of the current block and say what follows (§7.5 step 9): the next
         block's stop, or None when the rest is read normally because there is no further block,
         or the next block's stop is not ahead ("multiblock DROP": the remaining blocks are
         abandoned)."""
         block = self.blocks[self.index]
-        self.spliced += 1
+        self.relocated += 1
         prefix = block.new_start + block.num_rows
         remaining = len(self.blocks) - self.index - 1
         if remaining == 0:
@@ -107,7 +107,7 @@ class SpliceCursor:
 
 @dataclass(frozen=True)
 class NextBlock:
-    """After a splice: read on to ``stop`` and splice ``block`` (number ``number``, 1-based), or, with
+    """After a relocation: read on to ``stop`` and relocate ``block`` (number ``number``, 1-based), or, with
     ``stop`` None, read the rest normally, ``abandoned`` blocks (from ``block`` on) left unrun."""
 
     stop: int | None
@@ -116,12 +116,12 @@ class NextBlock:
     abandoned: int
 
 
-def phase1_step(cursor: SpliceCursor, prefix_len: int, on_waiting_queue: bool) -> tuple[str, object]:
+def phase1_step(cursor: RelocationCursor, prefix_len: int, on_waiting_queue: bool) -> tuple[str, object]:
     """Phase 1 met its request again with ``prefix_len`` tokens in place (§7.4).
 
-    Returns ``("read", None)`` (cut at the stop again), ``("splice", Splice)`` or ``("abort", reason)``.
-    A splice runs only on the chunked path: on the waiting queue SGLang has matched the prefix
-    anew, so a prefix at the stop there is not phase 1's own forward."""
+    Returns ``("read", None)`` (cut at the stop again), ``("relocate", Relocation)`` or
+    ``("abort", reason)``. A relocation runs only on the chunked path: on the waiting queue SGLang
+    has matched the prefix anew, so a prefix at the stop there is not phase 1's own forward."""
     step = cursor.at_prefix(prefix_len)
     if step == "read":
         return "read", None
@@ -129,4 +129,4 @@ def phase1_step(cursor: SpliceCursor, prefix_len: int, on_waiting_queue: bool) -
         return "abort", f"re-entered with prefix {prefix_len} beyond |A|+|B'| {cursor.stop}"
     if on_waiting_queue:
         return "abort", f"prefix {prefix_len} reached the stop on the waiting queue"
-    return "splice", step
+    return "relocate", step

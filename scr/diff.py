@@ -40,7 +40,7 @@ Interpretations of the spec (where it is ambiguous, the choice made here):
 4. Chunk interning assigns ids in order of first appearance, old first, then new.  The
    numbering does not affect ``SequenceMatcher`` (it only compares ids for equality).
 5. The verifier checks exactly the four conditions of §6.1 step 6 (start at (0,0),
-   contiguous on both sides, end at (len(old), len(new)), equal spans truly equal); an
+   contiguous on both sides, end at (len(old), len(new)), equal runs truly equal); an
    empty op list is rejected unless both inputs are empty.  It does not check tag/shape
    consistency beyond that, because the spec's verifier does not.
 6. Counters and logging (§6.1, §13.1 tests 6–7): ``fastdiff_ok`` is counted when the fast
@@ -226,7 +226,7 @@ def fast_opcodes(
 
 
 def verify_opcodes(old: Sequence[Hashable], new: Sequence[Hashable], ops) -> bool:
-    """True when ``ops`` tile both sequences and every equal span is truly equal (§6.1 step 6).
+    """True when ``ops`` tile both sequences and every equal run is truly equal (§6.1 step 6).
 
     This is the safety net that lets the fast diff be heuristic: a wrong "equal" would make
     SCR relocate K/V for tokens that are not the same, so anything doubtful goes to difflib.

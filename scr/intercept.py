@@ -2,7 +2,7 @@
 
 ``intercept`` admits the request to its session, diffs the previous prompt against the new one
 and plans the relocated blocks. The outcome is data (``Intercept``); the scheduler side executes
-``plan`` outcomes with a ``scr.cursor.SpliceCursor`` and serves every other outcome plainly.
+``plan`` outcomes with a ``scr.cursor.RelocationCursor`` and serves every other outcome plainly.
 
 | kind          | when                                                          | spec          |
 |---------------|---------------------------------------------------------------|---------------|
@@ -37,7 +37,7 @@ class Intercept:
     lead_new_end: int | None = None
     blocks: tuple[Block, ...] = ()
     # The side slot the plan reads, pinned at admission with its acquisition count (``SlotList``):
-    # a splice or restore refuses the slot if the session no longer holds this very acquisition.
+    # a relocation or restore refuses the slot if the session no longer holds this very acquisition.
     side_slot: int | None = None
     slot_generation: int = 0
 

@@ -1,7 +1,7 @@
 """The lines the SCR runtime prints, built from plain data (formats: ``scr/authors_log.py``).
 
-Kept apart from ``patches/scr_runtime.py`` so the runtime only decides *when* a line is printed;
-what it says (and its exact bytes, which the accounting and tests parse) is fixed here.
+Kept apart from ``scr/runner.py`` so the runner only decides *when* a line is printed; what it
+says (and its exact bytes, which the accounting and tests parse) is fixed here.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from scr import authors_log as log_lines
-from scr.cursor import NextBlock, Splice
+from scr.cursor import NextBlock, Relocation
 from scr.execution import Counters, RequestState, evict_floor
 from scr.intercept import Intercept
 from scr.kvreuse_env import AUTHORS_DEFAULTS, ENV_VARS
@@ -58,24 +58,24 @@ def phase1(rid: str, state: RequestState, total: int, has_state: bool, has_shado
         ssm_na=not has_state, ssm_obj=has_shadow)
 
 
-def spliced(rid: str, state: RequestState, splice: Splice, prefix: int, full_len: int,
-            counters: Counters) -> list[str]:
-    """``phase2`` and ``splice_ok`` for ``splice`` placed at ``[prefix, prefix + rows)``."""
-    block, rows = splice.block, splice.block.num_rows
+def relocated(rid: str, state: RequestState, relocation: Relocation, prefix: int, full_len: int,
+              counters: Counters) -> list[str]:
+    """``phase2`` and ``splice_ok`` for ``relocation`` placed at ``[prefix, prefix + rows)``."""
+    block, rows = relocation.block, relocation.block.num_rows
     left = full_len - prefix - rows
-    chunk1 = block.new_start - state.radix_n0 if splice.index == 1 else 0
+    chunk1 = block.new_start - state.radix_n0 if relocation.index == 1 else 0
     return [
         format_line("phase2", rid=rid, prefilled_chunk1=chunk1, reused_tail=rows, extend2=left, total=full_len,
                     rot_delta=prefix - block.old_start),
         format_line("splice_ok", rid=rid, sid=state.sid, slot=state.outcome.side_slot, stop=prefix, relocated=rows,
-                    extend=left, live=full_len, spliced=counters.spliced_blocks,
-                    spliced_tokens=counters.spliced_tokens, block=splice.index,
+                    extend=left, live=full_len, spliced=counters.relocated_blocks,
+                    spliced_tokens=counters.relocated_tokens, block=relocation.index,
                     num_blocks=len(state.cursor.blocks)),
     ]
 
 
 def next_block(rid: str, following: NextBlock, num_blocks: int, prefix: int) -> str:
-    """After a splice at ``prefix``: the next block's stop (``multiblock_next``) or the blocks
+    """After a relocation at ``prefix``: the next block's stop (``multiblock_next``) or the blocks
     abandoned (``multiblock_drop``)."""
     if following.stop is not None:
         return format_line("multiblock_next", rid=rid, block=following.number, num_blocks=num_blocks,

@@ -6,10 +6,10 @@ the block's K/V rows from the side buffer instead of recomputing them.  The last
 ``min_extend`` tokens of every block are forwarded (re-read) so that the computation right
 before each stretch of new text, and before sampling, is real forward computation.
 
-:func:`plan_spans` returns ``[(old_start, new_start, num_rows), ...]`` sorted by
-``new_start``: rows ``old[old_start : old_start + num_rows]`` are relocated to new positions
-``new_start ...``; everything else is prefilled.  ``[]`` means "no plan" (the request is
-served by plain radix caching plus prefill).
+:func:`plan_blocks` returns ``(lead_new_end, blocks)``, the blocks sorted by ``new_start``:
+rows ``old[old_start : old_start + num_rows]`` are relocated to new positions ``new_start ...``;
+everything else is prefilled.  No blocks means "no plan" (the request is served by plain radix
+caching plus prefill).
 
 Rules, in the spec's order:
 
@@ -34,7 +34,7 @@ Rules, in the spec's order:
 Standard library only.  Interpretations (where the spec leaves room):
 
 1. Passthrough is applied here although the spec places it in the intercept (§4.2), so
-   that ``plan_spans(old, new)`` makes the same decision as SCR for the same inputs.  It
+   that ``plan_blocks(old, new)`` makes the same decision as SCR for the same inputs.  It
    is idempotent if a caller checks it too.  Pass ``ops`` to reuse a diff already made.
 2. ``side_len`` is ``n_side`` (rows stored in the side slot); ``None`` means no cap beyond
    ``len(old)``.  The cap is on the *block* end ``ci2`` (including its forwarded last
@@ -119,11 +119,13 @@ def plan_blocks(
     min_extend: int = MIN_EXTEND, min_tail: int = MIN_TAIL, mb_min_gap: int = MB_MIN_GAP,
     side_ids: Sequence[int] | None = None, ops: Sequence[Opcode] | None = None,
 ) -> tuple[int | None, list[Block]]:
-    """``(lead_new_end, blocks)``: the plan of :func:`plan_spans` with the fields SCR logs and checks.
+    """``(lead_new_end, blocks)``: the plan, blocks sorted by ``new_start``.
 
     ``lead_new_end`` is None when there is no leading equal run or the diff is a
     passthrough; ``blocks`` is ``[]`` when there is no plan.  Executors need
     ``lead_new_end`` for the "radix match past the leading run" deferral (§7.2 step 6).
+    See the module docstring for the rules.  ``side_ids`` (stored token ids) enables the
+    alignment check; ``ops`` skips the diff when the caller already has it.
     """
     if ops is None:
         ops = diff_opcodes(old, new)
@@ -189,20 +191,3 @@ def schedule_blocks(accepted: Sequence[Block], *, kext: int, mb_min_gap: int) ->
         ordered = kept
     return [accepted[0]] if len(ordered) == 1 else ordered
 
-
-def plan_spans(
-    old: Sequence[int], new: Sequence[int], *,
-    side_len: int | None = None, max_blocks: int = MAX_BLOCKS,
-    min_extend: int = MIN_EXTEND, min_tail: int = MIN_TAIL, mb_min_gap: int = MB_MIN_GAP,
-    side_ids: Sequence[int] | None = None, ops: Sequence[Opcode] | None = None,
-) -> list[tuple[int, int, int]]:
-    """``[(old_start, new_start, num_rows), ...]`` sorted by ``new_start``; ``[]`` = no plan.
-
-    See the module docstring for the rules.  ``side_ids`` (stored token ids) enables the
-    alignment check; ``ops`` skips the diff when the caller already has it.
-    """
-    _lead, blocks = plan_blocks(
-        old, new, side_len=side_len, max_blocks=max_blocks, min_extend=min_extend,
-        min_tail=min_tail, mb_min_gap=mb_min_gap, side_ids=side_ids, ops=ops,
-    )
-    return [(b.old_start, b.new_start, b.num_rows) for b in blocks]

@@ -1,8 +1,8 @@
 """``ScrPolicy``: Suffix Cache Reuse behind the ``policy.api.CachePolicy`` seam.
 
 SCR decides in two places the common seam does not cover: when a request enters the queue
-(session match, diff, block plan: ``admit``) and while the request is read (the two-phase splice,
-driven by ``scr.cursor.SpliceCursor`` from ``patches/scr_runtime.py``, with the rules of
+(session match, diff, block plan: ``admit``) and while the request is read (the two-phase
+relocation, driven by ``scr.cursor.RelocationCursor`` from ``scr.runner``, with the rules of
 ``scr.execution``). ``plan`` is the seam's view of a request: resume where SGLang's prefix tree
 resumes, read the rest; relocation happens inside that read. The runtime reads and changes the
 session table only through the methods below (never ``policy.sessions`` directly), so every
@@ -24,8 +24,8 @@ from scr.settings import ScrConfig
 
 
 @dataclass(frozen=True)
-class SpliceGuard:
-    """The check before a splice (§7.5 step 5): ``ok`` = the rows may be copied."""
+class RelocationGuard:
+    """The check before a relocation (§7.5 step 5): ``ok`` = the rows may be copied."""
 
     ok: bool
     ids_match: bool  # the stored token ids are the destination's
@@ -66,7 +66,8 @@ class ScrPolicy(PolicyDefaults):
         """
         return intercept(self.sessions, tokens, parse_request_knobs(cache_salt), self.config)
 
-    def splice_guard(self, outcome: Intercept, old_start: int, rows: int, new_ids: Sequence[int]) -> SpliceGuard:
+    def relocation_guard(self, outcome: Intercept, old_start: int, rows: int,
+                         new_ids: Sequence[int]) -> RelocationGuard:
         """§7.5 step 5, made strict: the session must still hold the very side-slot acquisition the
         plan pinned (owner, slot and generation: a slot released and re-acquired since, by anyone,
         may hold another tenant's rows), and, with ``t6_guard``, the side rows
@@ -77,7 +78,7 @@ class ScrPolicy(PolicyDefaults):
         stored = tuple(session.side_ids[old_start:old_start + rows]) if session is not None else ()
         ids_match = stored == tuple(new_ids)
         ok = pinned and (ids_match or not outcome.config.t6_guard)
-        return SpliceGuard(ok, ids_match, self.sessions.owner(slot))
+        return RelocationGuard(ok, ids_match, self.sessions.owner(slot))
 
     @property
     def num_free_slots(self) -> int:
@@ -119,7 +120,7 @@ class ScrPolicy(PolicyDefaults):
     # ------------------------------------------------------------------ server settings
 
     def server_settings(self) -> dict[str, object]:
-        """SGLang settings the splice relies on (the launcher adds or enforces them).
+        """SGLang settings the relocation relies on (the launcher adds or enforces them).
 
         One KV slot per token (relocated rows are placed row by row), and no overlap scheduling:
         the recurrent-state restore is a copy issued from the scheduler, which must not race the
@@ -139,9 +140,9 @@ class ScrPolicy(PolicyDefaults):
             problems.append("--disable-radix-cache: SCR runs phase 1 on the radix cache's prefix")
         chunk = settings.get("chunked_prefill_size")
         if chunk is None or chunk <= 0:
-            problems.append("chunked prefill is off: the two-phase splice needs --chunked-prefill-size > 0")
+            problems.append("chunked prefill is off: the two-phase relocation needs --chunked-prefill-size > 0")
         if (settings.get("tp_size") or 1) > 1:
-            problems.append("--tp-size > 1: each rank would decide splices on its own (unsupported, as upstream)")
+            problems.append("--tp-size > 1: each rank would decide relocations on its own (unsupported, as upstream)")
         if settings.get("enable_hierarchical_cache"):
             problems.append("--enable-hierarchical-cache: plans would be consumed at enqueue (unsupported, as upstream)")
         if settings.get("speculative_algorithm"):

@@ -41,3 +41,15 @@ def rotary_problem(*, rotary_dim: int, base: float, table_width: int, table_rows
     if context_len is not None and table_rows < context_len:
         return f"the cos/sin table has {table_rows} rows, fewer than the context length {context_len}"
     return None
+
+
+def rotary_layer(name: str, layer_ids) -> int | None:
+    """The full-attention layer (one of ``layer_ids``) a rotary module belongs to, read from its
+    name (``…layers.<id>.…``), or None: another layer, no layer, or the vision tower's own rotary."""
+    if name.startswith(("visual", "vision")) or ".visual." in name or ".vision" in name:
+        return None
+    parts = name.split(".")
+    for index, part in enumerate(parts[:-1]):
+        if part == "layers" and parts[index + 1].isdigit() and int(parts[index + 1]) in layer_ids:
+            return int(parts[index + 1])
+    return None

@@ -23,6 +23,7 @@ from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
+from policy.tokens import common_prefix_len
 from scr.settings import ScrConfig
 from scr.side import SlotList, copy_range
 
@@ -37,7 +38,7 @@ class Session:
     side_slot: int | None = None
     n_side: int = 0  # rows stored in the side slot
     side_ids: tuple[int, ...] = ()  # token ids of those rows: previous prompt + reply, committed
-    ssm_tokens: int = -1  # tokens the saved recurrent state covers; -1 = none or stale
+    state_tokens: int = -1  # tokens the saved recurrent state covers; -1 = none or stale
     inflight: int = 0  # requests of this conversation currently in the engine
 
 
@@ -131,7 +132,7 @@ class SessionTable:
         return self._held
 
     def owner(self, slot: int) -> str | None:
-        """Session holding ``slot``, for the guard before a splice (§7.5 step 5); None when free."""
+        """Session holding ``slot``, for the guard before a relocation (§7.5 step 5); None when free."""
         return self._slots.owner.get(slot)
 
     def generation(self, slot: int) -> int:
@@ -140,7 +141,7 @@ class SessionTable:
 
     def holds(self, sid: str, slot: int | None, generation: int) -> bool:
         """True when session ``sid`` still holds the very slot acquisition a plan pinned: same
-        owner, same slot, no release in between. A splice or restore needs this (tenant isolation)."""
+        owner, same slot, no release in between. A relocation or restore needs this (tenant isolation)."""
         session = self._sessions.get(sid)
         return (slot is not None and session is not None and session.side_slot == slot
                 and self._slots.owner.get(slot) == sid and self._slots.generation[slot] == generation)
@@ -180,7 +181,7 @@ class SessionTable:
     def _score(self, old: Sequence[int], window: Sequence[int], new_counts: Counter, new_len: int):
         """One candidate (§4.3 steps 1-5) -> (verdict, n, r_all); verdict "short", "weak" or "" (passes)."""
         cfg = self._config
-        n = _common_prefix_len(old[: cfg.match_window], window)
+        n = common_prefix_len(old[: cfg.match_window], window)
         if n < cfg.match_min_tokens:
             return "short", n, 0.0
         r_pre = n / len(old)
@@ -254,7 +255,7 @@ class SessionTable:
         session = self._sessions[sid]
         if session.side_slot is None:
             session.side_slot = self._slots.acquire(sid)
-            session.side_ids, session.n_side, session.ssm_tokens = (), 0, -1
+            session.side_ids, session.n_side, session.state_tokens = (), 0, -1
         return session.side_slot
 
     def drop_private(self, sid: str) -> Dropped:
@@ -269,12 +270,12 @@ class SessionTable:
         # Everything that described the slot's content goes with it: stale side ids or a stale
         # state count would let a later slot (maybe written by another tenant) pass for this one.
         session.side_slot, session.n_side, session.token_ids = None, 0, ()
-        session.side_ids, session.ssm_tokens = (), -1
+        session.side_ids, session.state_tokens = (), -1
         return Dropped(session.sid, slot, n_side, evicted)
 
     def set_state_tokens(self, sid: str, n_tokens: int) -> None:
         """Record how many tokens the saved recurrent state covers; -1 marks it missing or stale (§9.2)."""
-        self._sessions[sid].ssm_tokens = n_tokens
+        self._sessions[sid].state_tokens = n_tokens
 
     def finish(self, sid: str, committed: Sequence[int], store: bool = True) -> Store | None:
         """A request of this session left the engine (§5.2); mutates the table.
@@ -312,15 +313,6 @@ class SessionTable:
         assert all(s.inflight >= 0 for s in self._sessions.values()), "a request was counted out twice"
         held = sum(s.n_side for s in self._sessions.values())
         assert held == self._held, f"held {self._held} != rows in sessions {held}"
-
-
-def _common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def _quick_ratio(old: Sequence[int], new_counts: Counter, new_len: int) -> float:

@@ -56,7 +56,7 @@ class ScrConfig:
                                "KVREUSE_MB_MIN_GAP", "§2.1", _at_least(0))
     min_extend: int = _setting(16, "kext: last tokens of each block that are forwarded, not relocated",
                                "KVREUSE_V6_MIN_EXTEND", "§2.1", _at_least(1))
-    ssm_mode: SsmMode = _setting("fork", "recurrent-state handling at the first splice (§9.5)",
+    ssm_mode: SsmMode = _setting("fork", "recurrent-state handling at the first relocation (§9.5)",
                                  "KVREUSE_SSM_MODE", "§2.1")
     max_sessions: int = _setting(16, "LRU cap on tracked conversations (§4.4)",
                                  "KVREUSE_MAX_SESSIONS", "§2.1", _at_least(1), "256")
@@ -94,12 +94,12 @@ class ScrConfig:
                                         check=_FRACTION)
     match_ambig_margin: float = _setting(0.15, "an unslotted session this much better makes it ambiguous (§4.3)",
                                          "KVREUSE_MATCH_AMBIG_MARGIN", check=_FRACTION)
-    t6_guard: bool = _setting(True, "re-check slot owner and token identity before every splice (§7.5 step 5)",
+    t6_guard: bool = _setting(True, "re-check slot owner and token identity before every relocation (§7.5 step 5)",
                               "KVREUSE_T6_GUARD")
     ssm: bool = _setting(True, "keep the recurrent-state shadow; off declines fork/strict on hybrids (§9)",
                          "KVREUSE_SSM")
     # Ours, not the authors': False keeps relocated rows out of the shared radix tree (their README's
-    # design); True caches a spliced request like any other, relocated rows included (their code).
+    # design); True caches a relocated request like any other, relocated rows included (their code).
     relocated_in_tree: bool = _setting(False, "cache relocated rows in the radix tree like any other "
                                        "(the authors' code) instead of keeping them out (their README)",
                                        "KVREUSE_RELOCATED_IN_TREE", "ours", overlay="their code: True (§7.5)")

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+from policy.tokens import common_prefix_len
+
 
 @dataclass(frozen=True)
 class CopyRange:
@@ -22,10 +24,7 @@ class CopyRange:
 
 def copy_range(stored_ids, stored_rows: int, commit_ids, capacity: int) -> CopyRange:
     """Which rows a store must copy (§5.2 steps 5 and 8)."""
-    limit = min(len(stored_ids), len(commit_ids), stored_rows)
-    keep = 0
-    while keep < limit and stored_ids[keep] == commit_ids[keep]:
-        keep += 1
+    keep = min(common_prefix_len(stored_ids, commit_ids), stored_rows)
     end = min(len(commit_ids), capacity)
     return CopyRange(keep=min(keep, end), end=end, oversize=end < len(commit_ids))
 
@@ -35,7 +34,7 @@ class SlotList:
     (slots are reused first-in, first-out, §5.1); each slot records its owner session.
 
     Every acquisition bumps the slot's ``generation``: a plan pins ``(slot, generation)`` when it is
-    made, and a splice or state restore refuses a slot whose generation moved on (released and
+    made, and a relocation or state restore refuses a slot whose generation moved on (released and
     taken again, by this session or another, possibly another tenant) since then. The owner alone
     cannot tell: a session that lost its slot and took a fresh one still "owns" the slot number.
     """

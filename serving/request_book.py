@@ -12,6 +12,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from policy.api import Extend
+from policy.events import RequestEvent
+
 
 class Forward(NamedTuple):
     """A prefill forward over ``[start, end)``, checked against the plan."""
@@ -89,6 +92,55 @@ class RequestBook(dict):
         if tracked is not None:
             tracked.fallback = tracked.fallback or reason
 
+    def planned_resume(self, rid: str) -> int | None:
+        """Where the plan of ``rid`` resumes; None when it has none."""
+        tracked = self.get(rid)
+        return tracked.plan.resume if tracked is not None and tracked.plan is not None else None
+
+    def next_piece_len(self, rid: str, start: int) -> int | None:
+        """Length of the planned forward of ``rid`` that starts at ``start``, if any."""
+        tracked = self.get(rid)
+        return tracked.next_piece_len(start) if tracked is not None else None
+
+    def snapshot_written(self, rid: str, position: int, kind: str) -> None:
+        """The tree kept a snapshot of ``rid`` at ``position`` (the event lists it)."""
+        tracked = self.get(rid)
+        if tracked is not None:
+            tracked.snapshots.append([position, kind])
+
+
+def forget_stale(book: dict, logger, message: str) -> list:
+    """The idle scheduler no longer has the requests left in ``book`` (aborted before admission, so
+    never released): log them with ``message`` (an ERROR: state that leaked), forget them, return
+    what was forgotten."""
+    stale = list(book.values())
+    if stale:
+        logger.error(message, len(book), sorted(book)[:5])
+        book.clear()
+    return stale
+
+
+def check_invariants(policy, logger, message: str) -> None:
+    """``policy.check()`` at idle: a broken invariant is a bug to see in the log (``message`` and
+    the traceback), not a reason to stop serving."""
+    try:
+        policy.check()
+    except AssertionError:
+        logger.exception(message)
+
+
+def tree_plan_problem(plan, tree_hit: int) -> str | None:
+    """Why a plan made after SGLang's tree match cannot be applied as that match (the executor's
+    plain path), or None: it moves the resume point off the tree hit, or it has steps other than
+    reads (a snapshot, a relocation)."""
+    if plan.resume != tree_hit:
+        return (f"plan {plan.rid}: resume {plan.resume} differs from the tree hit {tree_hit}; "
+                "only a policy that plans inside the tree may move the resume point")
+    for step in plan.steps:
+        if not isinstance(step, Extend):
+            return f"plan {plan.rid}: step {step!r} needs a policy that plans inside the tree"
+    return None
+
 
 def event_fields(tracked: TrackedRequest | None, match_cap: int | None) -> dict:
     """The ``RequestEvent`` fields the executor's bookkeeping supplies (``match_cap``: SGLang's, for
@@ -99,6 +151,25 @@ def event_fields(tracked: TrackedRequest | None, match_cap: int | None) -> dict:
     return dict(plan_resume=tracked.plan.resume if tracked.plan else None, queued_ts=tracked.queued_ts,
                 snapshots=tracked.snapshots, forwards_off_plan=tracked.forwards_off_plan,
                 fallback=tracked.fallback, match_cap=tracked.match_cap)
+
+
+def request_event(tracked: TrackedRequest | None, match_cap: int | None, *, prompt_tokens: int,
+                  cached_tokens: int, **fields) -> RequestEvent:
+    """The event of a request the executor served: SGLang's ``cached_tokens`` (at most the
+    prompt) were reused, the rest read, nothing relocated. ``fields``: ``rid``, ``policy``,
+    ``decode_tokens``, ``cache_salt``, ``finish_reason``."""
+    reused = min(cached_tokens, prompt_tokens)
+    return RequestEvent(prompt_tokens=prompt_tokens, prefix_reused=reused, moved=0, read=prompt_tokens - reused,
+                        finished_ts=time.time(), **event_fields(tracked, match_cap), **fields)
+
+
+def piece_shortfall(piece_len: int | None, budget: int) -> int:
+    """Tokens a forward budget lacks to read the whole planned piece of ``piece_len`` tokens (0: it
+    does not, or no piece is planned). A budget at 0 or below is not stretched: SGLang already
+    over-commits then, and schedules the chunked request in full (docs/exact.md §1.5)."""
+    if piece_len is None or not 0 < budget < piece_len:
+        return 0
+    return piece_len - budget
 
 
 def prefix_match_cap(return_logprob: bool, logprob_start_len: int | None, prompt_tokens: int) -> int | None:

@@ -1,6 +1,6 @@
 """A fake engine for ``patches/scr_runtime.py``: SGLang's objects reduced to the fields the runtime
 reads and writes (requests, the KV pool and allocator, the recurrent-state pool, the prefill
-adder), driven through fixed scenarios: one and two blocks, waiting-queue splices (kept and
+adder), driven through fixed scenarios: one and two blocks, waiting-queue relocations (kept and
 undone), retraction, a busy chunked slot, phase 1 past its stop, evict-then-retry, aborts,
 injected faults, a stolen side slot.
 
@@ -243,7 +243,7 @@ def release(env, req, finished=True):
 
 def dump(env):
     for s in env.rt.policy.sessions:
-        OUT.append(f"SESSION {s.sid} slot={s.side_slot} n_side={s.n_side} ssm={s.ssm_tokens} inflight={s.inflight}")
+        OUT.append(f"SESSION {s.sid} slot={s.side_slot} n_side={s.n_side} ssm={s.state_tokens} inflight={s.inflight}")
     OUT.append(f"POOL {sum(float(k.sum()) + float(v.sum()) for k, v in env.pool.kv.values()):.4f} "
                f"STATE {float(env.mamba.temporal.sum()):.4f} {float(env.mamba.conv[0].sum()):.4f} "
                f"FREE {env.alloc.available_size()}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import torch
 
 from patches.scr_tensors import SideBuffer, StateShadow
@@ -50,11 +52,11 @@ def test_state_shadow_round_trip():
     gen = torch.Generator().manual_seed(1)
     conv = [torch.randn(3, 5, 6, 3, generator=gen)]
     temporal = torch.randn(3, 5, 2, 4, 4, generator=gen)
-    shadow = StateShadow(conv, temporal, sessions=2)
-    shadow.save(1, conv, temporal, state_index=3)
+    shadow = StateShadow(SimpleNamespace(conv=conv, temporal=temporal), sessions=2)
+    shadow.save(1, state_index=3)
     saved = temporal[:, 3].clone(), conv[0][:, 3].clone()
     temporal[:, 3] = 0.0
     conv[0][:, 4] = 7.0
-    shadow.restore(1, conv, temporal, state_index=4)
+    shadow.restore(1, state_index=4)
     assert torch.equal(temporal[:, 4], saved[0]) and torch.equal(conv[0][:, 4], saved[1])
     assert torch.equal(temporal[:, 3], torch.zeros_like(temporal[:, 3]))  # the source is not touched

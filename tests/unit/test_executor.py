@@ -357,8 +357,8 @@ def test_an_abort_of_waiting_requests_forgets_them_without_an_event(tmp_path):
     for req in reqs:
         executor.on_matched(req)
     scheduler = SimpleNamespace(waiting_queue=reqs)
-    assert aborted_waiting(scheduler, SimpleNamespace(rid="conv1", abort_all=False)) == ["conv1.1", "conv1.2"]
-    assert aborted_waiting(scheduler, SimpleNamespace(rid="", abort_all=True)) == ["conv1.1", "conv1.2", "conv2.1"]
+    assert aborted_waiting(scheduler, SimpleNamespace(rid="conv1", abort_all=False)) == reqs[:2]
+    assert aborted_waiting(scheduler, SimpleNamespace(rid="", abort_all=True)) == reqs
     executor.on_abort(scheduler, SimpleNamespace(rid="conv1", abort_all=False))
     assert sorted(executor._tracked) == ["conv2.1"]
     assert not (tmp_path / "events.jsonl").read_text()

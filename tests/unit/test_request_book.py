@@ -7,7 +7,8 @@ from types import SimpleNamespace
 import pytest
 
 from policy.api import Extend, Plan, Snapshot
-from serving.request_book import Forward, RequestBook, TrackedRequest, event_fields, finish_type, prefix_match_cap
+from serving.request_book import (Forward, RequestBook, TrackedRequest, check_invariants, event_fields, finish_type,
+                                  forget_stale, piece_shortfall, prefix_match_cap, request_event, tree_plan_problem)
 
 # [0, 64) [64, 128) snapshot at 128 (periodic), tail [128, 150)
 PLAN = Plan("r", 0, (Extend(0, 64), Extend(64, 128), Snapshot(128, "periodic"), Extend(128, 150)))
@@ -114,3 +115,83 @@ def test_event_fields_of_an_untracked_request():
     fields = event_fields(None, 7)
     assert fields.pop("queued_ts") > 0
     assert fields == dict(plan_resume=None, snapshots=[], forwards_off_plan=0, fallback=None, match_cap=7)
+
+
+@pytest.mark.parametrize(
+    "piece_len, budget, expected",
+    [
+        pytest.param(64, 10, 54, id="short"),
+        pytest.param(64, 63, 1, id="one-short"),
+        pytest.param(64, 64, 0, id="exact"),
+        pytest.param(64, 500, 0, id="plenty"),
+        pytest.param(64, 0, 0, id="zero-stock-overcommit"),
+        pytest.param(64, -5, 0, id="negative"),
+        pytest.param(None, 10, 0, id="no-plan"),
+    ],
+)
+def test_piece_shortfall(piece_len, budget, expected):
+    assert piece_shortfall(piece_len, budget) == expected
+
+
+@pytest.mark.parametrize(
+    "plan, tree_hit, expected",
+    [
+        pytest.param(Plan("r", 64, (Extend(64, 150),)), 64, None, id="reads-after-the-tree-hit"),
+        pytest.param(Plan("r", 0, (Extend(0, 150),)), 64, "plan r: resume 0 differs from the tree hit 64; only a "
+                     "policy that plans inside the tree may move the resume point", id="moves-the-resume-point"),
+        pytest.param(PLAN, 0, "plan r: step Snapshot(at=128, kind='periodic') needs a policy that plans inside "
+                     "the tree", id="keeps-a-snapshot"),
+    ],
+)
+def test_tree_plan_problem(plan, tree_hit, expected):
+    assert tree_plan_problem(plan, tree_hit) == expected
+
+
+def test_book_lookups_by_rid():
+    book = RequestBook()
+    book.track("r", tuple(range(150)), PLAN, None)
+    book.snapshot_written("r", 128, "periodic")
+    book.snapshot_written("gone", 1, "periodic")  # ignored
+    assert (book.planned_resume("r"), book.planned_resume("gone")) == (0, None)
+    assert (book.next_piece_len("r", 64), book.next_piece_len("gone", 0)) == (64, None)
+    assert book["r"].snapshots == [[128, "periodic"]]
+
+
+class Log:
+    def __init__(self):
+        self.lines = []
+
+    def error(self, msg, *args):
+        self.lines.append(("ERROR", msg % args))
+
+    def exception(self, msg, *args):
+        self.lines.append(("EXCEPTION", msg % args))
+
+
+def test_forget_stale_logs_and_empties_the_book():
+    log, book = Log(), {"b": 2, "a": 1}
+    assert forget_stale(book, log, "dropped %d: %s") == [2, 1]
+    assert book == {} and log.lines == [("ERROR", "dropped 2: ['a', 'b']")]
+    assert forget_stale(book, log, "dropped %d: %s") == [] and len(log.lines) == 1
+
+
+def test_check_invariants_logs_a_broken_invariant_instead_of_raising():
+    class Broken:
+        def check(self):
+            raise AssertionError("leak")
+
+    log = Log()
+    check_invariants(Broken(), log, "check failed")
+    check_invariants(SimpleNamespace(check=lambda: None), log, "check failed")
+    assert log.lines == [("EXCEPTION", "check failed")]
+
+
+@pytest.mark.parametrize(
+    "cached, expected_reused",
+    [pytest.param(64, 64, id="tree-hit"), pytest.param(151, 150, id="at-most-the-prompt")],
+)
+def test_request_event_counts(cached, expected_reused):
+    event = request_event(tracked(), None, prompt_tokens=150, cached_tokens=cached, rid="r", policy="radix",
+                          decode_tokens=3, cache_salt=None, finish_reason="stop")
+    assert (event.prefix_reused, event.moved, event.read) == (expected_reused, 0, 150 - expected_reused)
+    assert (event.plan_resume, event.queued_ts, event.rid, event.decode_tokens) == (0, 1.0, "r", 3)

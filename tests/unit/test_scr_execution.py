@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from scr.cursor import SpliceCursor
+from scr.cursor import RelocationCursor
 from scr.execution import (Counters, RequestState, accounting, chunk_admission, evict_amount, evict_floor,
-                           new_cursor, plan_gate, snapshot_at_prefill_end, splice_refusal, state_at_release)
+                           new_cursor, plan_gate, relocation_refusal, request_event, snapshot_at_prefill_end,
+                           state_at_release)
 from scr.gates import Gate
 from scr.intercept import Intercept
 from scr.planner import Block
@@ -29,8 +30,8 @@ BLOCK = Block(old_start=1700, new_start=1500, num_rows=1284, n_c=1300, new_end=2
         pytest.param(100, 0, 1000, 500, True, False, "no state slot to restore into", id="restore-without-slot"),
     ],
 )
-def test_splice_refusal(rows, slot, full_len, prefix, arm_restore, can_restore, expected):
-    assert splice_refusal(rows, slot, full_len, prefix, arm_restore, can_restore) == expected
+def test_relocation_refusal(rows, slot, full_len, prefix, arm_restore, can_restore, expected):
+    assert relocation_refusal(rows, slot, full_len, prefix, arm_restore, can_restore) == expected
 
 
 @pytest.mark.parametrize(
@@ -69,7 +70,7 @@ def state(**fields) -> RequestState:
     return RequestState("r", "s000001", Intercept("cold", ScrConfig()), 0.0, **fields)
 
 
-CURSOR = SpliceCursor((BLOCK,), lead_new_end=1500, splice_retry=8, restore=True)
+CURSOR = RelocationCursor((BLOCK,), lead_new_end=1500, max_retries=8, restore=True)
 
 
 @pytest.mark.parametrize(
@@ -122,8 +123,8 @@ def test_accounting(prompt, cached, moved, expected):
     assert accounting(prompt, cached, moved) == expected
 
 
-def plan_outcome(side_slot, ssm_tokens, **config) -> Intercept:
-    session = Session("s000001", None, side_slot=side_slot, ssm_tokens=ssm_tokens)
+def plan_outcome(side_slot, state_tokens, **config) -> Intercept:
+    session = Session("s000001", None, side_slot=side_slot, state_tokens=state_tokens)
     admission = Admission(session, False, (), 1, (), MatchReport(session, "matched"))
     return Intercept("plan", ScrConfig(**config), admission, kept=2800, blocks=(BLOCK,), lead_new_end=1500,
                      side_slot=side_slot)
@@ -146,17 +147,17 @@ def test_new_cursor_starts_at_the_first_block_with_the_gates_restore():
     request = state(gate=Gate(True, restore=True))
     request.outcome = plan_outcome(0, 1500, splice_retry=3)
     cursor = new_cursor(request)
-    assert (cursor.stop, cursor.splice_retry, cursor.restore, cursor.index) == (1500, 3, True, 0)
+    assert (cursor.stop, cursor.max_retries, cursor.restore, cursor.index) == (1500, 3, True, 0)
 
 
 def test_retraction_ends_the_plan_and_says_why_only_when_it_mattered():
     quiet = state()
     quiet.retracted()
     assert (quiet.retractions, quiet.fallback) == (1, None)
-    spliced = state(cursor=CURSOR, phase1=True, moved=100, cut=True, outside_tree=True, direct=("slots", 100))
-    spliced.retracted()
-    assert spliced.fallback == "retracted: read again without relocation"
-    assert (spliced.cursor, spliced.phase1, spliced.cut, spliced.outside_tree, spliced.direct) == (
+    relocated = state(cursor=CURSOR, phase1=True, moved=100, cut=True, outside_tree=True, direct=("slots", 100))
+    relocated.retracted()
+    assert relocated.fallback == "retracted: read again without relocation"
+    assert (relocated.cursor, relocated.phase1, relocated.cut, relocated.outside_tree, relocated.direct) == (
         None, False, False, False, None)
 
 
@@ -173,9 +174,20 @@ def test_keeps_chunk(fields, prefix_len, expected):
     assert state(**fields).keeps_chunk(prefix_len) is expected
 
 
-def test_counters_count_and_uncount_splices():
+def test_counters_count_and_uncount_relocations():
     counters = Counters()
-    counters.spliced(100)
-    counters.spliced(50)
-    counters.spliced(50, sign=-1)
-    assert (counters.spliced_blocks, counters.spliced_tokens) == (1, 100)
+    counters.relocated(100)
+    counters.relocated(50)
+    counters.relocated(50, sign=-1)
+    assert (counters.relocated_blocks, counters.relocated_tokens) == (1, 100)
+
+
+def test_request_event_counts_relocated_rows_once():
+    request = state(moved=1284, blocks=1, fallback="store: boom", retractions=1)
+    request.queued_ts = 5.0
+    event = request_event(request, "scr", 9.0, prompt_tokens=3000, cached_tokens=1500 + 2 * 1284, decode_tokens=4,
+                          cache_salt="t", finish_reason="stop", match_cap=None)
+    assert (event.prefix_reused, event.moved, event.read) == (1500, 1284, 216)
+    assert (event.rid, event.policy, event.blocks, event.fallback, event.retractions) == (
+        "r", "scr", 1, "store: boom", 1)
+    assert (event.queued_ts, event.finished_ts, event.plan_resume, event.decode_tokens) == (5.0, 9.0, None, 4)

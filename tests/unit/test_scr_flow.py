@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from scr.cursor import Decision, NextBlock, Splice, SpliceCursor, phase1_step
+from scr.cursor import Decision, NextBlock, Relocation, RelocationCursor, phase1_step
 from scr.intercept import intercept
 from scr.knobs import parse_request_knobs
 from scr.planner import Block
@@ -73,45 +73,45 @@ def blocks_two():
     return (Block(1700, 1500, 1284, 1300, 2800), Block(3300, 3000, 400, 416, 3416))
 
 
-def test_cursor_reads_to_each_stop_then_splices():
-    cursor = SpliceCursor(blocks_two(), lead_new_end=1500, splice_retry=8, restore=True)
+def test_cursor_reads_to_each_stop_then_relocates():
+    cursor = RelocationCursor(blocks_two(), lead_new_end=1500, max_retries=8, restore=True)
     assert cursor.decide(radix_n0=1024, chunked_slot_busy=False, gate_allows=True) == Decision("phase1")
     assert cursor.at_prefix(1200) == "read"
-    assert cursor.at_prefix(1500) == Splice(blocks_two()[0], 1, arm_restore=True)
-    assert cursor.after_splice() == NextBlock(3000, blocks_two()[1], 2, 0)
+    assert cursor.at_prefix(1500) == Relocation(blocks_two()[0], 1, arm_restore=True)
+    assert cursor.after_relocation() == NextBlock(3000, blocks_two()[1], 2, 0)
     assert cursor.at_prefix(2900) == "read"
-    assert cursor.at_prefix(3000) == Splice(blocks_two()[1], 2, arm_restore=False)
-    assert cursor.after_splice() == NextBlock(None, None, 0, 0)
+    assert cursor.at_prefix(3000) == Relocation(blocks_two()[1], 2, arm_restore=False)
+    assert cursor.after_relocation() == NextBlock(None, None, 0, 0)
 
 
-def test_cursor_deferrals_and_direct_splice():
-    cursor = SpliceCursor(blocks_two(), lead_new_end=1500, splice_retry=2, restore=False)
+def test_cursor_deferrals_and_direct_relocation():
+    cursor = RelocationCursor(blocks_two(), lead_new_end=1500, max_retries=2, restore=False)
     assert cursor.decide(0, True, True) == Decision("retry", "chunked slot busy (1/2)")
     assert cursor.decide(0, True, True) == Decision("retry", "chunked slot busy (2/2)")
     assert cursor.decide(0, True, True) == Decision("drop", "chunked slot busy")
-    late = SpliceCursor(blocks_two(), lead_new_end=1500, splice_retry=8, restore=False)
+    late = RelocationCursor(blocks_two(), lead_new_end=1500, max_retries=8, restore=False)
     assert late.decide(1600, False, True) == Decision("drop", "radix match 1600 past the lead 1500")
-    gated = SpliceCursor(blocks_two(), lead_new_end=1500, splice_retry=8, restore=False)
+    gated = RelocationCursor(blocks_two(), lead_new_end=1500, max_retries=8, restore=False)
     assert gated.decide(100, False, False) == Decision("gated")
-    direct = SpliceCursor(blocks_two(), lead_new_end=1500, splice_retry=8, restore=False)
-    assert direct.decide(1500, False, True) == Decision("direct_splice")
+    direct = RelocationCursor(blocks_two(), lead_new_end=1500, max_retries=8, restore=False)
+    assert direct.decide(1500, False, True) == Decision("relocate_now")
 
 
 def test_cursor_abort_and_multiblock_drop():
-    cursor = SpliceCursor(blocks_two(), lead_new_end=1500, splice_retry=8, restore=True)
+    cursor = RelocationCursor(blocks_two(), lead_new_end=1500, max_retries=8, restore=True)
     cursor.decide(0, False, True)
     assert cursor.at_prefix(1600) == "abort"
     overlapping = (Block(1700, 1500, 1284, 1300, 2800), Block(2900, 2700, 300, 316, 3016))
-    cursor = SpliceCursor(overlapping, lead_new_end=1500, splice_retry=8, restore=True)
+    cursor = RelocationCursor(overlapping, lead_new_end=1500, max_retries=8, restore=True)
     cursor.decide(0, False, True)
-    assert isinstance(cursor.at_prefix(1500), Splice)
+    assert isinstance(cursor.at_prefix(1500), Relocation)
     # The next stop 2700 <= 1500 + 1284: block 2 is abandoned.
-    assert cursor.after_splice() == NextBlock(None, overlapping[1], 2, 1)
+    assert cursor.after_relocation() == NextBlock(None, overlapping[1], 2, 1)
 
 
 def test_cursor_needs_a_block():
     with pytest.raises(ValueError, match="at least one block"):
-        SpliceCursor((), lead_new_end=0, splice_retry=0, restore=False)
+        RelocationCursor((), lead_new_end=0, max_retries=0, restore=False)
 
 
 @pytest.mark.parametrize(
@@ -119,12 +119,12 @@ def test_cursor_needs_a_block():
     [
         pytest.param(1200, False, ("read", None), id="below-stop-chunked"),
         pytest.param(1200, True, ("read", None), id="below-stop-queue"),
-        pytest.param(1500, False, ("splice", Splice(blocks_two()[0], 1, arm_restore=True)), id="at-stop-chunked"),
+        pytest.param(1500, False, ("relocate", Relocation(blocks_two()[0], 1, arm_restore=True)), id="at-stop-chunked"),
         pytest.param(1500, True, ("abort", "prefix 1500 reached the stop on the waiting queue"), id="at-stop-queue"),
         pytest.param(1600, False, ("abort", "re-entered with prefix 1600 beyond |A|+|B'| 1500"), id="past-stop"),
         pytest.param(1600, True, ("abort", "re-entered with prefix 1600 beyond |A|+|B'| 1500"), id="past-stop-queue"),
     ],
 )
 def test_phase1_step(prefix, waiting_queue, expected):
-    cursor = SpliceCursor(blocks_two(), lead_new_end=1500, splice_retry=8, restore=True)
+    cursor = RelocationCursor(blocks_two(), lead_new_end=1500, max_retries=8, restore=True)
     assert phase1_step(cursor, prefix, waiting_queue) == expected

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from scr import lines
-from scr.cursor import NextBlock, Splice, SpliceCursor
+from scr.cursor import NextBlock, Relocation, RelocationCursor
 from scr.execution import Counters, RequestState
 from scr.gates import Gate
 from scr.intercept import Intercept
@@ -19,11 +19,11 @@ B2 = Block(3300, 3000, 400, 416, 3416)
 
 @pytest.fixture
 def state():
-    session = Session("s000001", None, side_slot=2, ssm_tokens=1500)
+    session = Session("s000001", None, side_slot=2, state_tokens=1500)
     admission = Admission(session, False, tuple(range(10)), 3, (), MatchReport(session, "matched"))
     outcome = Intercept("plan", ScrConfig(), admission, kept=2800, blocks=(B1, B2), lead_new_end=1500, side_slot=2)
     request = RequestState("r1", "s000001", outcome, 0.0, gate=Gate(True, restore=True), radix_n0=1024)
-    request.cursor = SpliceCursor(outcome.blocks, 1500, 8, True)
+    request.cursor = RelocationCursor(outcome.blocks, 1500, 8, True)
     return request
 
 
@@ -58,13 +58,13 @@ def test_plan_lines(state):
         "[kvreuse] kv6trace ev=req rid=r1 sid=s000001 slot=2 n_new=4000 n_old=10 nsess=3 tag='hello'")
 
 
-def test_splice_lines(state):
-    assert lines.spliced("r1", state, Splice(B1, 1, True), 1500, 4000, Counters(1, 1284)) == [
+def test_relocation_lines(state):
+    assert lines.relocated("r1", state, Relocation(B1, 1, True), 1500, 4000, Counters(1, 1284)) == [
         "[kvreuse] kv6 rid=r1 phase2 prefilled_chunk1=476 reused_tail=1284 extend2=1216 total=4000 rot_delta=-200",
         "[kvreuse] v6 splice OK: rid=r1 sid=s000001 slot=2 A+B'=1500 C'=1284 extend=1216 live=4000 "
         "[spliced=1 tokens=1284] blocks=1/2",
     ]
-    second = lines.spliced("r1", state, Splice(B2, 2, False), 3000, 4000, Counters(2, 1684))
+    second = lines.relocated("r1", state, Relocation(B2, 2, False), 3000, 4000, Counters(2, 1684))
     assert "prefilled_chunk1=0 " in second[0] and "blocks=2/2" in second[1]
     assert lines.next_block("r1", NextBlock(3000, B2, 2, 0), 2, 2784) == (
         "[kvreuse] kv6 rid=r1 multiblock next: block 2/2 extend=[2784,3000) then splice 400 rows")

@@ -9,7 +9,12 @@ import random
 import pytest
 
 from scr.diff import difflib_opcodes
-from scr.planner import Block, candidate_ops, leading_equal_end, plan_blocks, plan_spans, schedule_blocks
+from scr.planner import Block, candidate_ops, leading_equal_end, plan_blocks, schedule_blocks
+
+
+def relocations(old, new, **kwargs) -> list[tuple[int, int, int]]:
+    """``plan_blocks``'s blocks as ``(old_start, new_start, num_rows)``, in new-start order."""
+    return [(b.old_start, b.new_start, b.num_rows) for b in plan_blocks(old, new, **kwargs)[1]]
 
 
 def build(*parts):
@@ -71,7 +76,7 @@ E = (10, 10)  # a 10-token replacement: old and new coordinates stay equal
 )
 def test_basic_rules(parts, kwargs, expected):
     old, new = build(*parts)
-    assert plan_spans(old, new, **kwargs) == expected
+    assert relocations(old, new, **kwargs) == expected
 
 
 # -------------------------------------------------------------------- K largest and ties
@@ -116,15 +121,15 @@ def layout(sizes):
 )
 def test_k_largest_with_tie_order(sizes, kwargs, expected):
     old, new = layout(sizes)
-    assert plan_spans(old, new, **kwargs) == expected
+    assert relocations(old, new, **kwargs) == expected
 
 
 def test_result_sorted_by_new_start_with_moved_coordinates():
     # old/new coordinates diverge: edits shrink and grow; the largest block is last in new
     old, new = build(200, (50, 5), 90, (0, 40), 120, (30, 0), (1, 300), 400)
-    spans = plan_spans(old, new)
-    assert spans == [(250, 205, 74), (340, 335, 104), (491, 755, 384)]
-    assert [s[1] for s in spans] == sorted(s[1] for s in spans)
+    moved = relocations(old, new)
+    assert moved == [(250, 205, 74), (340, 335, 104), (491, 755, 384)]
+    assert [m[1] for m in moved] == sorted(m[1] for m in moved)
 
 
 # ----------------------------------------------------------------------------- mb_min_gap
@@ -151,7 +156,7 @@ A, B, C = (110, 110, 84), (220, 220, 84), (330, 330, 284)
 )
 def test_mb_min_gap(parts, gap, expected):
     old, new = build(*parts)
-    assert plan_spans(old, new, mb_min_gap=gap) == expected
+    assert relocations(old, new, mb_min_gap=gap) == expected
 
 
 # ------------------------------------------------------------ side_len / side_ids capping
@@ -177,7 +182,7 @@ SA, SB = (110, 110, 84), (220, 220, 284)
 )
 def test_side_len_caps(side_len, kwargs, expected):
     old, new = build(*SIDE_LAYOUT)
-    assert plan_spans(old, new, side_len=side_len, **kwargs) == expected
+    assert relocations(old, new, side_len=side_len, **kwargs) == expected
 
 
 @pytest.mark.parametrize(
@@ -199,7 +204,7 @@ def test_side_ids_alignment(mutate_at, truncate, kwargs, expected):
         side_ids[mutate_at] = -1
     if truncate is not None:
         side_ids = side_ids[:truncate]
-    assert plan_spans(old, new, side_ids=side_ids, **kwargs) == expected
+    assert relocations(old, new, side_ids=side_ids, **kwargs) == expected
 
 
 # ------------------------------------------------------------------ helpers and details
@@ -236,8 +241,8 @@ def test_candidates_must_start_after_leading_run():
 def test_precomputed_ops_are_used():
     old, new = build(100, (10, 20), 200)
     fake = [("equal", 0, 100, 0, 100), ("replace", 100, 110, 100, 120), ("equal", 110, 310, 120, 320)]
-    assert plan_spans(old, new, ops=fake) == [(110, 120, 184)]
-    assert plan_spans(old, new, ops=fake[:1] + [("replace", 100, 310, 100, 320)]) == []
+    assert relocations(old, new, ops=fake) == [(110, 120, 184)]
+    assert relocations(old, new, ops=fake[:1] + [("replace", 100, 310, 100, 320)]) == []
 
 
 # --------------------------------------------------------- spec §13.1 inputs and long inputs
@@ -251,7 +256,7 @@ def test_authors_find_session_prompt_plans_one_block():
     """
     old = list(range(3000))
     new = old[:2000] + list(range(5000, 5100)) + old[2100:]
-    assert plan_spans(old, new) == [(2100, 2100, 884)]
+    assert relocations(old, new) == [(2100, 2100, 884)]
     assert plan_blocks(old, new)[0] == 2000
 
 
@@ -259,7 +264,7 @@ def test_authors_fast_path_prompt_plans_one_block():
     """§13.1 test 6's prompts (old 0..4095, token 2048 replaced): CDC path, one block."""
     old = list(range(4096))
     new = old[:2048] + [9999] + old[2049:]
-    assert plan_spans(old, new) == [(2049, 2049, 2031)]
+    assert relocations(old, new) == [(2049, 2049, 2031)]
 
 
 def test_long_swap_plan_follows_cdc_not_difflib():
@@ -267,8 +272,8 @@ def test_long_swap_plan_follows_cdc_not_difflib():
     rng = random.Random(0)
     a, b, c, d = ([rng.randrange(1000, 50000) for _ in range(n)] for n in (1500, 400, 300, 1200))
     old, new = a + b + c + d, a + c + b + d
-    assert plan_spans(old, new) == [(1900, 1500, 284), (2200, 2200, 1184)]
-    assert plan_spans(old, new, ops=difflib_opcodes(old, new)) == [(1500, 1800, 384), (2200, 2200, 1184)]
+    assert relocations(old, new) == [(1900, 1500, 284), (2200, 2200, 1184)]
+    assert relocations(old, new, ops=difflib_opcodes(old, new)) == [(1500, 1800, 384), (2200, 2200, 1184)]
 
 
 def test_long_several_edits():
@@ -276,7 +281,7 @@ def test_long_several_edits():
     base = [rng.randrange(1000, 50000) for _ in range(6000)]
     y = [rng.randrange(100000, 200000) for _ in range(340)]
     new = base[:1200] + y[:40] + base[1500:2600] + base[2650:4000] + y[40:] + base[4010:5990]
-    assert plan_spans(new=new, old=base) == [
+    assert relocations(new=new, old=base) == [
         (1500, 1240, 1084), (2650, 2340, 1334), (4010, 3990, 1964)]
 
 

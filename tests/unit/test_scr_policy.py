@@ -75,7 +75,7 @@ def planned(config=None):
         pytest.param("slot-retaken", (False, True, "s000001"), id="slot-taken-again"),
     ],
 )
-def test_splice_guard(case, expected):
+def test_relocation_guard(case, expected):
     # One side slot, so a released slot comes back as the same number with a new generation.
     policy, outcome, new = planned(ScrConfig(side_sessions=1, t6_guard=case != "wrong-ids-no-t6"))
     block = outcome.blocks[0]
@@ -87,7 +87,7 @@ def test_splice_guard(case, expected):
     if case == "slot-retaken":
         assert policy.snapshot_slot(outcome.sid) == (0, True)  # the same slot, a new acquisition
         policy.sessions.get(outcome.sid).side_ids = tuple(range(3000))
-    guard = policy.splice_guard(outcome, block.old_start, block.num_rows, ids)
+    guard = policy.relocation_guard(outcome, block.old_start, block.num_rows, ids)
     assert (guard.ok, guard.ids_match, guard.owner) == expected
 
 
@@ -96,11 +96,11 @@ def test_snapshot_is_invalid_until_taken():
     sid = outcome.sid
     policy.snapshot_taken(sid, 3000)
     assert policy.snapshot_slot(sid) == (0, False)  # the session's own slot, already held
-    assert policy.sessions.get(sid).ssm_tokens == -1  # a copy failing now leaves no valid snapshot
+    assert policy.sessions.get(sid).state_tokens == -1  # a copy failing now leaves no valid snapshot
     policy.snapshot_taken(sid, 2830)
-    assert policy.sessions.get(sid).ssm_tokens == 2830
+    assert policy.sessions.get(sid).state_tokens == 2830
     policy.drop_state(sid)
-    assert policy.sessions.get(sid).ssm_tokens == -1
+    assert policy.sessions.get(sid).state_tokens == -1
 
 
 def test_snapshot_slot_takes_a_free_slot_or_none():

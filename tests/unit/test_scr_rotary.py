@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scr.rotary import rotary_problem
+from scr.rotary import rotary_layer, rotary_problem
 
 GOOD = dict(rotary_dim=8, base=1e7, table_width=8, table_rows=8192, neox=True, expected_dim=8, expected_base=1e7,
             context_len=8192)
@@ -32,3 +32,19 @@ def test_rotary_problem(changes, problem):
         assert got is None
     else:
         assert got is not None and problem in got
+
+
+@pytest.mark.parametrize(
+    "name, layer",
+    [
+        pytest.param("model.layers.3.self_attn.rotary_emb", 3, id="attention-layer"),
+        pytest.param("language_model.model.layers.7.self_attn.rotary_emb", 7, id="multimodal-text-layer"),
+        pytest.param("model.layers.4.self_attn.rotary_emb", None, id="not-a-full-attention-layer"),
+        pytest.param("visual.blocks.3.attn.rotary_emb", None, id="vision-tower"),
+        pytest.param("model.visual.layers.3.rotary_emb", None, id="vision-tower-inside"),
+        pytest.param("model.rotary_emb", None, id="no-layer"),
+        pytest.param("model.layers.x.rotary_emb", None, id="not-a-number"),
+    ],
+)
+def test_rotary_layer(name, layer):
+    assert rotary_layer(name, {3, 7}) == layer

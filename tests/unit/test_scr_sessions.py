@@ -417,11 +417,11 @@ def test_dropped_session_with_a_request_in_flight_reacquires_at_release():
 def test_state_tokens():
     table = SessionTable(ScrConfig())
     sid = table.admit(r(0, 2000), None).session.sid
-    assert table.get(sid).ssm_tokens == -1
+    assert table.get(sid).state_tokens == -1
     table.set_state_tokens(sid, 2000)
-    assert table.get(sid).ssm_tokens == 2000
+    assert table.get(sid).state_tokens == 2000
     table.set_state_tokens(sid, -1)
-    assert table.get(sid).ssm_tokens == -1
+    assert table.get(sid).state_tokens == -1
 
 
 # ---------------------------------------------------------------------- tenant isolation (pinned slots)
@@ -429,14 +429,14 @@ def test_state_tokens():
 
 def test_drop_forgets_what_described_the_slot():
     """A dropped session keeps no side ids and no saved-state count: a slot it later takes again
-    was written by someone else, and stale ids would let the splice guard pass."""
+    was written by someone else, and stale ids would let the relocation guard pass."""
     table = SessionTable(ScrConfig())
     sid = table.admit(r(0, 2000), None).session.sid
     table.finish(sid, r(0, 2100))
     table.set_state_tokens(sid, 2000)
     table.drop_private(sid)
     session = table.get(sid)
-    assert (session.side_ids, session.ssm_tokens, session.n_side) == ((), -1, 0)
+    assert (session.side_ids, session.state_tokens, session.n_side) == ((), -1, 0)
 
 
 def test_a_reacquired_slot_no_longer_holds_the_plans_pin():
@@ -454,7 +454,7 @@ def test_a_reacquired_slot_no_longer_holds_the_plans_pin():
     assert table.owner(0) == b and not table.holds(a, *pin)
     table.drop_private(b)
     assert table.acquire_slot(a) == 0  # the same slot number, re-acquired by A
-    assert table.owner(0) == a and table.get(a).side_ids == () and table.get(a).ssm_tokens == -1
+    assert table.owner(0) == a and table.get(a).side_ids == () and table.get(a).state_tokens == -1
     assert not table.holds(a, *pin)
     assert table.holds(a, 0, table.generation(0))
     table.check()

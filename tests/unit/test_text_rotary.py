@@ -11,7 +11,8 @@ import torch
 from torch import nn
 
 from serving import faults
-from patches.rope import RotaryMismatch, expected_text_rotary, text_rotary
+from patches.rope import text_rotary
+from scr.rotary import RotaryMismatch, expected_text_rotary
 
 
 class Rotary(nn.Module):

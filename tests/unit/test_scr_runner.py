@@ -1,0 +1,261 @@
+"""scr/runner.py: each SCR step of a request, on a pure-Python engine port (no SGLang, no torch).
+
+The fake engine keeps a request's prefix length, cut and cached count as plain numbers and records
+every order it is given; ``tests/integration/test_scr_runtime_replay.py`` runs the same runner
+behind the real SGLang glue on tensors."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from scr.policy import ScrPolicy
+from scr.runner import FALLBACK_LOG, RequestFacts, Runner
+from scr.settings import ScrConfig
+
+
+def tokens(seed, n):
+    rng = random.Random(seed)
+    return [rng.randrange(100, 50000) for _ in range(n)]
+
+
+DOC = tokens(1, 3000)
+# Turn 2 deletes [1500, 1700) and appends 50 tokens: one block, old [1700, 2984) -> new [1500, 2784).
+EDITED = DOC[:1500] + DOC[1700:] + tokens(3, 50)
+ROWS = 1284
+
+
+class Req:
+    def __init__(self, rid, prompt):
+        self.rid, self.prompt, self.output = rid, list(prompt), []
+        self.prefix, self.cached, self.extend_end = 0, 0, len(prompt)
+        self.cut_at, self.finished, self.in_tree = None, False, True
+
+
+class Engine:
+    """The runner's port over ``Req``: slots are ``("slots", n)`` pairs; ``calls`` records orders."""
+
+    has_state_pool = has_shadow = True
+    pool_size = 100_000
+
+    def __init__(self):
+        self.free_slots, self.evictable_slots = 50_000, 0
+        self.calls, self.events, self.fail_place = [], [], False
+
+    def facts(self, req):
+        return RequestFacts(req.prompt, req.prefix, len(req.prompt) + len(req.output), req.extend_end,
+                            req.finished, True)
+
+    def committed(self, req):
+        ids = req.prompt + req.output
+        return len(ids) - 1, ids[:-1], 0
+
+    def advance_prefix(self, req):
+        self.calls.append(("advance_prefix", req.rid))
+
+    def cut(self, req, end):
+        req.cut_at = req.extend_end = end
+
+    def uncut(self, req):
+        req.cut_at, req.extend_end = None, len(req.prompt) + len(req.output)
+
+    def attach(self, req, slots, rows, outside_tree):
+        req.prefix, req.cached, req.in_tree = req.prefix + rows, req.cached + rows, not outside_tree
+
+    def detach(self, req, prefix_len, rows):
+        req.prefix, req.cached, req.in_tree = prefix_len, req.cached - rows, True
+
+    def include_in_tree(self, req):
+        req.in_tree = True
+
+    def alloc(self, rows):
+        if rows > self.free_slots:
+            return None
+        self.free_slots -= rows
+        return ("slots", rows)
+
+    def free(self, slots):
+        self.free_slots += slots[1]
+
+    def available(self):
+        return self.free_slots
+
+    def evictable(self):
+        return self.evictable_slots
+
+    def evict(self, n):
+        n = min(n, self.evictable_slots)
+        self.evictable_slots -= n
+        self.free_slots += n
+        self.calls.append(("evict", n))
+
+    def place(self, side_slot, old_start, new_start, slots, rerotate):
+        if self.fail_place:
+            raise RuntimeError("copy failed")
+        self.calls.append(("place", side_slot, old_start, new_start, slots[1], rerotate))
+
+    def restore_state(self, req, side_slot, sid):
+        self.calls.append(("restore_state", side_slot, sid))
+
+    def save_state(self, req, side_slot):
+        self.calls.append(("save_state", side_slot))
+        return 0
+
+    def store_rows(self, side_slot, pool_row, kv_len, keep, end):
+        self.calls.append(("store_rows", side_slot, keep, end))
+
+    def event_facts(self, req):
+        return dict(prompt_tokens=len(req.prompt), cached_tokens=req.cached, decode_tokens=len(req.output),
+                    cache_salt=None, finish_reason="stop", match_cap=None)
+
+    def write_event(self, event):
+        self.events.append(event)
+
+    def decode(self, ids):
+        return "text"
+
+
+class Log:
+    def __init__(self):
+        self.lines = []
+
+    def _add(self, level, msg, *args):
+        self.lines.append((level, msg % args if args else msg))
+
+    def info(self, msg, *args):
+        self._add("INFO", msg, *args)
+
+    def warning(self, msg, *args):
+        self._add("WARNING", msg, *args)
+
+    def error(self, msg, *args):
+        self._add("ERROR", msg, *args)
+
+    def exception(self, msg, *args):
+        self._add("EXCEPTION", msg, *args)
+
+    def has(self, text):
+        return any(text in line for _, line in self.lines)
+
+
+def runner(**config):
+    return Runner(ScrPolicy(ScrConfig(**config)), Engine(), Log(), leader=True)
+
+
+def first_turn(run):
+    """Turn 1, a cold read of DOC: state saved at prefill end, rows stored at release."""
+    req = Req("a.1", DOC)
+    assert run.admit(req, req.rid, tuple(DOC), None) is None
+    req.prefix = 3000
+    run.after_prefill(req, req.rid)
+    req.output, req.finished = [7, 8], True
+    run.release(req, req.rid, True)
+    return req
+
+
+def second_turn(run, radix_n0=1024):
+    """Turn 2 up to its first waiting-queue pass: SGLang's tree served ``radix_n0`` tokens."""
+    first_turn(run)
+    run.engine.calls.clear()
+    req = Req("a.2", EDITED)
+    run.admit(req, req.rid, tuple(EDITED), None)
+    req.prefix = req.cached = radix_n0
+    run.after_round(req, req.rid, waiting_queue=True, chunk_busy=False)
+    return req
+
+
+def test_the_first_turn_saves_the_state_and_stores_its_rows():
+    run = runner()
+    first_turn(run)
+    assert run.engine.calls == [("save_state", 0), ("store_rows", 0, 0, 3001)]
+    (event,) = run.engine.events
+    assert (event.rid, event.moved, event.read, event.blocks) == ("a.1", 0, 3000, 0)
+    assert run.requests == {}
+
+
+def test_a_block_is_read_to_its_stop_then_relocated():
+    run = runner()
+    req = second_turn(run)
+    assert (req.cut_at, run.requests["a.2"].phase1) == (1500, True)
+    assert run.before_admission(req, req.rid, chunk_taken=False) is True
+    assert run.after_admission(req, req.rid, admitted=True, in_phase1=True, chunk_free=True) is True
+    req.prefix = 1500  # phase 1 read [1024, 1500)
+    run.after_round(req, req.rid, waiting_queue=False, chunk_busy=False)
+    assert run.engine.calls == [("place", 0, 1700, 1500, ROWS, True), ("restore_state", 0, "s000001")]
+    assert (req.prefix, req.cut_at, req.in_tree) == (1500 + ROWS, None, False)  # the rest is read
+    assert run.logger.has("splice OK")
+    req.cached += ROWS  # SGLang counts the attached rows again in prepare_for_extend
+    req.finished = True
+    run.release(req, req.rid, True)
+    event = run.engine.events[-1]
+    assert (event.prefix_reused, event.moved, event.read, event.blocks) == (1024, ROWS, len(EDITED) - 1024 - ROWS, 1)
+
+
+def test_a_failed_copy_frees_the_slots_and_reads_the_rest():
+    run = runner()
+    req = second_turn(run)
+    run.after_admission(req, req.rid, admitted=True, in_phase1=True, chunk_free=True)
+    req.prefix, run.engine.fail_place = 1500, True
+    free = run.engine.free_slots
+    run.after_round(req, req.rid, waiting_queue=False, chunk_busy=False)
+    state = run.requests["a.2"]
+    assert run.engine.free_slots == free and req.prefix == 1500 and req.cut_at is None
+    assert (state.cursor, state.moved, state.fallback) == (None, 0, "round: RuntimeError: copy failed")
+    assert ("ERROR", FALLBACK_LOG % ("a.2", "round", "plain_read", state.fallback)) in run.logger.lines
+
+
+def test_a_relocation_on_the_waiting_queue_is_undone_when_the_request_waits():
+    run = runner()
+    req = second_turn(run, radix_n0=1500)  # the match ends at the stop: relocated before admission
+    state = run.requests["a.2"]
+    assert state.direct is not None and req.prefix == 1500 + ROWS and state.held_lines
+    assert not run.logger.has("splice OK")  # held until the request is admitted
+    free = run.engine.free_slots
+    assert run.after_admission(req, req.rid, admitted=False, in_phase1=False, chunk_free=True) is False
+    assert run.engine.free_slots == free + ROWS and (req.prefix, req.cached, req.in_tree) == (1500, 1500, True)
+    assert (state.direct, state.moved, state.blocks, state.cursor.index) == (None, 0, 0, 0)  # planned again
+    assert not run.logger.has("splice OK") and run.counters.relocated_blocks == 0
+
+
+@pytest.mark.parametrize(
+    "evictable, relocated, line",
+    [
+        pytest.param(30_000, True, "evict-before-fail: requested", id="evicted-then-allocated"),
+        pytest.param(100, False, "evict-before-fail: declined", id="declined-above-the-floor"),
+    ],
+)
+def test_evict_then_retry(evictable, relocated, line):
+    run = runner()
+    req = second_turn(run)
+    run.after_admission(req, req.rid, admitted=True, in_phase1=True, chunk_free=True)
+    run.engine.free_slots, run.engine.evictable_slots, req.prefix = 100, evictable, 1500
+    run.after_round(req, req.rid, waiting_queue=False, chunk_busy=False)
+    assert run.requests["a.2"].moved == (ROWS if relocated else 0)
+    assert run.counters.evict_retries == (1 if relocated else 0)
+    assert run.logger.has(line)
+
+
+def test_a_retracted_request_is_read_again_without_relocation():
+    run = runner()
+    req = second_turn(run, radix_n0=1500)
+    run.after_admission(req, req.rid, admitted=True, in_phase1=False, chunk_free=True)
+    run.release(req, req.rid, finished=False)
+    state = run.requests["a.2"]
+    assert req.in_tree and (state.retractions, state.cursor, state.outside_tree) == (1, None, False)
+    assert state.fallback == "retracted: read again without relocation"
+
+
+def test_idle_forgets_requests_the_engine_no_longer_has():
+    run = runner()
+    second_turn(run)
+    run.idle()
+    assert run.requests == {} and run.logger.has("dropped state of 1 request(s)")
+    assert run.policy.sessions.get("s000001").inflight == 0
+
+
+def test_an_unsupported_knob_refuses_the_request():
+    run = runner()
+    req = Req("k", DOC)
+    assert run.admit(req, "k", tuple(DOC), "kvreuse:knobs:pin=1").startswith("cache_salt: ")
+    assert run.requests == {}
