@@ -30,6 +30,15 @@ nothing about the model; to score the model's probability of a forced text, send
 completion as the prompt with ``return_logprob`` and ``logprob_start_len`` (prompt logprobs are
 computed before any processor).
 
+Through a router: ``sglang-router`` re-encodes ``/generate`` bodies through its own typed request
+and drops ``sampling_params.custom_params`` (it keeps ``custom_logit_processor``, ``rid`` and
+``extra_key``). A request may therefore carry the same ids as a JSON object in the processor field,
+``"custom_logit_processor": "{\"forced_output_ids\": [ids...]}"`` (``envelope(ids)``). Such a
+string is read as data, never unpickled: ``prepare_request`` moves the ids into the request's
+custom params and replaces the field with the forced processor, and every rule above applies
+(errors name ``custom_logit_processor.forced_output_ids``). Any other client string there is
+still a client processor (refused unless the operator allowed them).
+
 Limits: one custom processor per request, so ``forced_output_ids`` cannot be combined with a
 client processor; ``n`` must be 1 (n forced answers would be identical); speculative decoding is
 not supported (the processor forces one token per row).
@@ -37,6 +46,7 @@ not supported (the processor forces one token per row).
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any, Callable, Mapping
 
@@ -45,6 +55,7 @@ from serving.request_checks import per_request
 
 FORCED_KEY = "forced_output_ids"
 FIELD = f"sampling_params.custom_params.{FORCED_KEY}"
+ENVELOPE_FIELD = f"custom_logit_processor.{FORCED_KEY}"
 # Set by the launcher (``patches.forced.enable``): "1" when the operator passed
 # --enable-custom-logit-processor, which our launcher then turns on for every server.
 CLIENT_PROCESSORS_ENV = "CACHE_POLICY_CLIENT_LOGIT_PROCESSORS"
@@ -65,6 +76,38 @@ def forced_ids(params) -> Any:
     if not isinstance(custom, Mapping):
         return None
     return custom.get(FORCED_KEY)
+
+
+def envelope(ids) -> str:
+    """The router-safe spelling of forced ids: a JSON object for the ``custom_logit_processor`` field."""
+    return json.dumps({FORCED_KEY: list(ids)}, separators=(",", ":"))
+
+
+def unwrap_envelope(value) -> Any:
+    """The ids of a ``custom_logit_processor`` string that is an ``envelope``; None for anything
+    else (no value, a serialized processor, JSON that is not exactly ``{"forced_output_ids": ...}``)."""
+    if not isinstance(value, str) or not value.lstrip().startswith("{"):
+        return None
+    try:
+        data = json.loads(value)
+    except ValueError:
+        return None
+    return data[FORCED_KEY] if isinstance(data, dict) and set(data) == {FORCED_KEY} else None
+
+
+def take_envelope(params, processor, field: str) -> tuple[Any, Any, bool]:
+    """(params, processor, from_envelope) for one prompt: an envelope's ids moved into
+    ``params.custom_params`` and the processor cleared; anything else unchanged. Ids given both
+    ways are a ``RequestError`` naming ``field``."""
+    ids = unwrap_envelope(processor)
+    if ids is None:
+        return params, processor, False
+    if forced_ids(params) is not None:
+        raise RequestError(f"{field}: forced ids given twice (here and in {FIELD}); give one")
+    params = dict(params) if isinstance(params, Mapping) else {}  # a batch may share one dict
+    custom = params.get("custom_params")
+    params["custom_params"] = {**(custom if isinstance(custom, Mapping) else {}), FORCED_KEY: ids}
+    return params, None, True
 
 
 def check_forced(params, vocab_size: int, field: str = FIELD) -> list[int] | None:
@@ -114,13 +157,19 @@ def prepare_request(obj, vocab_size: int, allowed: bool, available: bool, proces
     count = 1 if single else len(obj.rid)
     params = per_request(obj.sampling_params, single, count)
     processors = per_request(obj.custom_logit_processor, single, count)
-    forcing = []
+    forcing, enveloped = [], False
     for i in range(count):
-        name = FIELD if single else f"sampling_params[{i}].custom_params.{FORCED_KEY}"
+        processor_name = "custom_logit_processor" if single else f"custom_logit_processor[{i}]"
+        params[i], given, from_envelope = take_envelope(params[i], processors[i] if i < len(processors) else None,
+                                                        f"{processor_name}.{FORCED_KEY}")
+        enveloped |= from_envelope
+        name = (f"{processor_name}.{FORCED_KEY}" if from_envelope
+                else FIELD if single else f"sampling_params[{i}].custom_params.{FORCED_KEY}")
         ids = check_forced(params[i], vocab_size, name)
-        check_client_processor(processors[i] if i < len(processors) else None, allowed, ids is not None,
-                               "custom_logit_processor" if single else f"custom_logit_processor[{i}]")
+        check_client_processor(given, allowed, ids is not None, processor_name)
         forcing.append(ids)
+    if enveloped:
+        obj.sampling_params = params[0] if single else params
     if all(ids is None for ids in forcing):
         return
     if not available:

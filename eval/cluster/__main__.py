@@ -56,6 +56,9 @@ def bench_parser() -> Parser:
     parser.add_argument("--questions", type=int_at_least(1), default=min(4, DEFAULT_QUESTIONS), metavar="N",
                         help="questions of the generated set")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, metavar="S", help="seed of the generated set")
+    parser.add_argument("--small", action="store_true",
+                        help="generate the small preset (eval.traces synth --small: 6,144-token budget, short "
+                             "documents; about 15 calls and 53k prompt tokens per question)")
     parser.add_argument("--policies", type=name_list(("radix", "exact", "scr")), default="exact,scr", metavar="LIST",
                         help="comma-separated policies")
     parser.add_argument("--workers", type=int_at_least(1), default=2, metavar="N", help="workers behind the router")
@@ -93,8 +96,14 @@ def serve(argv: list[str]) -> int:
     return 0
 
 
+def synth(path: Path, questions: int, seed: int, small: bool) -> None:
+    import subprocess
+
+    subprocess.run([sys.executable, "-m", "eval.traces", "synth", "--out", str(path), "--questions", str(questions),
+                    "--seed", str(seed), *(["--small"] if small else [])], check=True)
+
+
 def bench(argv: list[str]) -> int:
-    from eval.bench_policies import synth_default
     from eval.cluster.bench import bench as run_bench, failed
     from eval.tiny_model import cached_build
 
@@ -102,9 +111,9 @@ def bench(argv: list[str]) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     trace = args.trace
     if trace is None:
-        trace = args.out / f"trace-q{args.questions}-s{args.seed}.jsonl"
+        trace = args.out / f"trace-q{args.questions}-s{args.seed}{'-small' if args.small else ''}.jsonl"
         if not trace.exists():
-            synth_default(trace, args.questions, args.seed)
+            synth(trace, args.questions, args.seed, args.small)
     model = args.model or cached_build(ROOT / ".artifacts", max_positions=131072)
     results = run_bench(trace, args.out, args.policies, args.workers, args.router_policies, args.concurrency, model)
     problems = failed(results)

@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from eval.cluster.affinity import affinity_headers, load, served_by, split_conversations
+from eval.cluster.affinity import load, served_by, split_conversations
 from eval.cluster.cluster import Cluster
 
 SHARES = ("prefix_reused_share", "moved_share", "read_share")
@@ -71,6 +71,7 @@ def run_cluster(policy: str, model_dir: Path, calls, out: Path, workers: int, co
                 router_policy: str) -> dict:
     """Serve ``policy`` on ``workers`` workers behind the router, replay, stop, ingest, measure."""
     from eval.bench_policies import serving_args
+    from eval.cluster.router_client import for_router
     from eval.replay.run import replay
     from eval.report import ingest
     from eval.soak import client
@@ -86,8 +87,8 @@ def run_cluster(policy: str, model_dir: Path, calls, out: Path, workers: int, co
                       env={"SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE": "1"}).start()
     try:
         def send(path, payload):
-            headers = affinity_headers(payload) if affinity else None
-            return client.request(cluster.url, path, payload, timeout=3600, headers=headers)
+            body, headers = for_router(payload, affinity)
+            return client.request(cluster.url, path, body, timeout=3600, headers=headers)
 
         started = time.monotonic()
         replay(send, calls[:1], out, run, 1, progress=sys.stderr)

@@ -33,8 +33,9 @@ from eval.server import ServerProcess, free_port
 ROUTER_POLICIES = ("manual", "cache_aware", "round_robin", "random", "power_of_two")
 DEFAULT_ROUTER_POLICY = "manual"  # pins a conversation's routing key to one worker (eval/cluster/affinity.py)
 WORKER_ENV = {"SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "0"}
-# manual policy: a new routing key goes to the worker holding the fewest keys (the router's default
-# picks one at random, which can put every conversation of a short run on one worker).
+# manual policy: a new routing key goes to the worker holding the fewest keys. The router's default
+# (random) put all four conversations of a test run on one worker; min_group spread concurrent
+# conversations evenly in our probes, but the router does not promise an even split.
 MANUAL_ARGS = ["--assignment-mode", "min_group"]
 READY_TIMEOUT_S = 120.0
 

@@ -22,9 +22,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-id", default=DEFAULT_RUN, metavar="NAME",
                         help="rid prefix; give the same one to resume a run")
     parser.add_argument("--concurrency", type=int_at_least(1), default=1, metavar="N", help="conversations in flight")
-    parser.add_argument("--affinity", action="store_true",
-                        help="send x-smg-routing-key: <run-id>.<conversation> with every call, so a router in "
-                             "front of several servers (python -m eval.cluster, manual policy) keeps each "
+    parser.add_argument("--router", action="store_true",
+                        help="--server is sglang-router in front of several servers (python -m eval.cluster): "
+                             "send the forced ids in the field the router keeps, and x-smg-routing-key: "
+                             "<run-id>.<conversation> with every call so the router (manual policy) keeps each "
                              "conversation on one server")
     try:
         args = parser.parse_args(argv)
@@ -33,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def body() -> int:
         result = run_replay(args.server, args.trace, args.out, args.run_id, args.concurrency,
-                            affinity=args.affinity)
+                            router=args.router)
         print(f"{result['sent']} calls sent, {result['skipped']} already done, {result['total']} in the trace "
               f"-> {result['client']}")
         return 0

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable, Sequence, TextIO
 
-from eval.cluster.affinity import affinity_headers
+from eval.cluster.router_client import for_router
 from eval.fidelity.run import UsageError, check_loopback, check_reachable
 from eval.soak import client
 from eval.traces.format import TraceCall, TraceError, by_conversation, read_trace
@@ -214,10 +214,11 @@ def check_run_name(run: str) -> str:
 
 
 def run_replay(server_url: str, trace_path: Path, out: Path, run: str = DEFAULT_RUN, concurrency: int = 1,
-               progress: TextIO | None = sys.stderr, affinity: bool = False) -> dict:
-    """The command: check the arguments, the address and the trace, then replay. ``affinity``:
-    every call carries ``x-smg-routing-key: <run>.<conversation>`` (for a router in front of
-    several servers; ``eval/cluster/affinity.py``)."""
+               progress: TextIO | None = sys.stderr, router: bool = False) -> dict:
+    """The command: check the arguments, the address and the trace, then replay. ``router``: the
+    address is ``sglang-router`` in front of several servers (``python -m eval.cluster``): forced
+    ids go in the field the router keeps and every call carries the affinity header
+    (``eval/cluster/router_client.py``)."""
     check_run_name(run)
     if concurrency < 1:
         raise UsageError(f"--concurrency {concurrency}: must be >= 1")
@@ -233,7 +234,7 @@ def run_replay(server_url: str, trace_path: Path, out: Path, run: str = DEFAULT_
     check_reachable(base)
 
     def send(path: str, payload: dict) -> client.Reply:
-        headers = affinity_headers(payload) if affinity else None
-        return client.request(base, path, payload, timeout=CALL_TIMEOUT_S, headers=headers)
+        body, headers = for_router(payload, affinity=True) if router else (payload, None)
+        return client.request(base, path, body, timeout=CALL_TIMEOUT_S, headers=headers)
 
     return replay(send, trace, out, run, concurrency, progress)

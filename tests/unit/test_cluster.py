@@ -64,7 +64,7 @@ def test_router_command_is_loopback_with_its_own_metrics_port():
     assert "--host 127.0.0.1 --port 4000" in text
     assert "--worker-urls http://127.0.0.1:1 http://127.0.0.1:2 --policy manual" in text
     assert "--prometheus-host 127.0.0.1 --prometheus-port 4001" in text
-    assert "--assignment-mode min_group" in text  # new conversations go to the least-loaded worker
+    assert "--assignment-mode min_group" in text  # new conversations go to the worker with the fewest
     assert "--assignment-mode" not in " ".join(router_command(4000, ["http://127.0.0.1:1"], "cache_aware", 4001))
 
 
@@ -152,3 +152,21 @@ def test_report_refuses_a_rid_in_two_worker_files(tmp_path):
     b.write_text(json.dumps(_event("r.x.0", 2.0)) + "\n")
     with pytest.raises(ValueError, match="r.x.0"):
         merged_events([a, b])
+
+
+def test_for_router_moves_forced_ids_into_the_kept_field():
+    from eval.cluster.router_client import for_router
+    from serving.forced import unwrap_envelope
+
+    payload = {"rid": "r.c.2", "input_ids": [1, 2], "extra_key": "s",
+               "sampling_params": {"max_new_tokens": 2, "custom_params": {"forced_output_ids": [7, 8], "x": 1}}}
+    body, headers = for_router(payload, affinity=True)
+    assert headers == {ROUTING_HEADER: "r.c"}
+    assert unwrap_envelope(body["custom_logit_processor"]) == [7, 8]
+    assert body["sampling_params"] == {"max_new_tokens": 2, "custom_params": {"x": 1}}
+    assert body["extra_key"] == "s" and body["rid"] == "r.c.2"
+    assert payload["sampling_params"]["custom_params"]["forced_output_ids"] == [7, 8]  # the caller's is untouched
+    plain = {"rid": "r.c.0", "sampling_params": {"max_new_tokens": 1}}
+    assert for_router(plain, affinity=False) == (plain, None)
+    only_forced = {"sampling_params": {"custom_params": {"forced_output_ids": [3]}}}
+    assert for_router(only_forced, affinity=False)[0] == {"sampling_params": {}, "custom_logit_processor": '{"forced_output_ids":[3]}'}

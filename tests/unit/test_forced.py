@@ -200,3 +200,47 @@ def test_mask_with_no_rows_is_a_no_op():
     logits = torch.ones(2, VOCAB)
     assert torch.equal(glue.mask_forced(logits, None), torch.ones(2, VOCAB))
     assert torch.equal(glue.mask_forced(logits, []), torch.ones(2, VOCAB))
+
+
+# ---------------------------------------------------------------------- the router-safe envelope
+
+
+@pytest.mark.parametrize("value, ids", [
+    (forced.envelope([3, 4]), [3, 4]),
+    ('  {"forced_output_ids": []}', []),
+    ('{"forced_output_ids": [1], "other": 2}', None),  # not exactly the envelope: a client processor
+    ('{"forced_output_ids": ', None),  # not JSON
+    ("gASV...dill", None),
+    (None, None),
+])
+def test_unwrap_envelope(value, ids):
+    assert forced.unwrap_envelope(value) == ids
+
+
+def test_envelope_forces_like_custom_params(processor):
+    obj = single({"temperature": 0}, forced.envelope([3, 4]))
+    prepare(obj, allowed=False)
+    assert obj.custom_logit_processor == processor
+    assert obj.sampling_params == {"temperature": 0, "custom_params": {"forced_output_ids": [3, 4]},
+                                   "max_new_tokens": 2, "ignore_eos": True}
+
+
+@pytest.mark.parametrize("sampling, value, message", [
+    ({}, forced.envelope([99]), r"^custom_logit_processor.forced_output_ids: token id 99"),
+    ({}, '{"forced_output_ids": "x"}', r"^custom_logit_processor.forced_output_ids: must be a non-empty list"),
+    ({"max_new_tokens": 5}, forced.envelope([1]), r"^custom_logit_processor.forced_output_ids: 1 ids, but max_new"),
+    (params([1]), forced.envelope([1]), r"^custom_logit_processor.forced_output_ids: forced ids given twice"),
+])
+def test_bad_envelope_names_the_field(processor, sampling, value, message):
+    with pytest.raises(RequestError, match=message):
+        prepare(single(sampling, value), allowed=True)
+
+
+def test_envelope_in_a_batch_sharing_one_params_dict(processor):
+    shared = {"temperature": 0}
+    obj = types.SimpleNamespace(is_single=False, rid=["a", "b"], sampling_params=shared,
+                                custom_logit_processor=[forced.envelope([5]), None])
+    prepare(obj, allowed=False)
+    assert obj.custom_logit_processor == [processor, None]
+    assert obj.sampling_params[0]["custom_params"] == {"forced_output_ids": [5]}
+    assert "custom_params" not in obj.sampling_params[1] and shared == {"temperature": 0}

@@ -220,16 +220,20 @@ def test_cli_end_to_end_with_a_fake_transport(trace_file, tmp_path, capsys, monk
     assert set(map(str, headers_sent)) == {"None"}  # no routing header unless asked
 
 
-def test_affinity_sends_the_conversation_as_routing_key(trace_file, tmp_path, monkeypatch):
+def test_router_mode_sends_the_envelope_and_the_routing_key(trace_file, tmp_path, monkeypatch):
     server, sent = FakeServer(wrong=set()), []
 
     def request(base, path, payload, timeout, headers=None):
         sent.append((payload["rid"], headers))
+        forced = payload.pop("custom_logit_processor", None)  # what the router keeps
+        assert "custom_params" not in payload["sampling_params"]
+        if forced is not None:
+            payload["sampling_params"]["custom_params"] = json.loads(forced)
         return server(path, payload)
 
     monkeypatch.setattr(replay_run, "check_reachable", lambda base: None)
     monkeypatch.setattr(replay_run.client, "request", request)
     argv = ["--server", "http://localhost:30000/", "--trace", str(trace_file), "--out", str(tmp_path / "o"),
-            "--run-id", "x", "--affinity"]
+            "--run-id", "x", "--router"]
     assert main(argv) == 0
     assert sent and all(headers == {"x-smg-routing-key": rid.rsplit(".", 1)[0]} for rid, headers in sent)
