@@ -78,3 +78,10 @@ def keep_points(
         if junction:
             add(junction - piece, KeepKind.JUNCTION_BACK)
     return dict(sorted(found.items()))
+
+
+def snapshot_dump_name(rid: str, position: int, tp_rank: int = 0) -> str:
+    """File name of a dumped snapshot (setting ``dump_snapshots``): ``<rid>-<position>.pt``, with
+    ``-tp<rank>`` before the suffix on tensor-parallel ranks above 0, whose shards would otherwise
+    overwrite rank 0's in the shared directory (docs/tensor_parallel.md §3)."""
+    return f"{rid}-{position}{f'-tp{tp_rank}' if tp_rank else ''}.pt"

@@ -22,7 +22,9 @@ from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
 from sglang.srt.mem_cache.radix_cache import RadixKey
 from sglang.srt.mem_cache.unified_cache_components import ComponentType
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+from sglang.srt.runtime_context import get_parallel
 
+from exact_cache.rules import snapshot_dump_name
 from serving.request_book import piece_shortfall
 
 BACKEND_NAME = "exact"
@@ -93,13 +95,12 @@ class ExactRadixCache(UnifiedRadixCache):
         return None
 
     def dump_snapshot(self, req, position: int, directory: str) -> None:
-        """Write the state just kept at ``position`` (conv windows + SSM state, every layer) to
-        ``directory/<rid>-<position>.pt``; tests compare them with a cold read's."""
+        """Write this rank's shard of the state kept at ``position`` (every layer's conv window and SSM state)."""
         slot = int(req.last_node.component_data[ComponentType.MAMBA].value[0])
         cache = self.req_to_token_pool.mamba_pool.mamba_cache
         state = {"conv": [conv[:, slot].clone() for conv in cache.conv], "temporal": cache.temporal[:, slot].clone()}
         os.makedirs(directory, exist_ok=True)
-        torch.save(state, os.path.join(directory, f"{req.rid}-{position}.pt"))
+        torch.save(state, os.path.join(directory, snapshot_dump_name(req.rid, position, get_parallel().tp_rank)))
 
     def cache_finished_req(self, req, is_insert: bool = True, **kwargs) -> None:
         if self.executor is None:

@@ -142,7 +142,8 @@ class ScrPolicy(PolicyDefaults):
         if chunk is None or chunk <= 0:
             problems.append("chunked prefill is off: the two-phase relocation needs --chunked-prefill-size > 0")
         if (settings.get("tp_size") or 1) > 1:
-            problems.append("--tp-size > 1: each rank would decide relocations on its own (unsupported, as upstream)")
+            problems.append("--tp-size > 1: every rank would decide relocations on its own and a failure on one "
+                            "rank is not seen by the others (unsupported, as upstream; see docs/tensor_parallel.md)")
         if settings.get("enable_hierarchical_cache"):
             problems.append("--enable-hierarchical-cache: plans would be consumed at enqueue (unsupported, as upstream)")
         if settings.get("speculative_algorithm"):

@@ -77,6 +77,22 @@ def cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+THREADS_BIND_ENV = "SGLANG_CPU_OMP_THREADS_BIND"
+
+
+def threads_bind(cores, tp_size: int) -> str | None:
+    """SGLang's per-rank core binding for ``tp_size`` ranks: ``cores`` split evenly in order, one
+    ``a-b`` range (or comma list) per rank, ``|`` between ranks; None for one rank or fewer cores
+    than ranks. Without it SGLang's CPU path allows only one rank per NUMA node (docs/tensor_parallel.md §1)."""
+    cores = sorted(cores)
+    if tp_size < 2 or len(cores) < tp_size:
+        return None
+    per = len(cores) // tp_size
+    groups = [cores[rank * per:(rank + 1) * per] for rank in range(tp_size)]
+    return "|".join(f"{g[0]}-{g[-1]}" if g == list(range(g[0], g[-1] + 1)) and len(g) > 1 else ",".join(map(str, g))
+                    for g in groups)
+
+
 def apply_cpu_server_defaults(server_args) -> list[str]:
     """Fill CPU values into unset fields of a ``ServerArgs``; returns what was changed.
 
@@ -97,6 +113,10 @@ def apply_cpu_server_defaults(server_args) -> list[str]:
         # Inherited by the scheduler processes, which build the pools.
         os.environ[CONV_STATE_DTYPE_ENV] = "float32"
         changed.append(f"{CONV_STATE_DTYPE_ENV}=float32")
+    bind = threads_bind(os.sched_getaffinity(0), getattr(server_args, "tp_size", 1) or 1)
+    if bind is not None and THREADS_BIND_ENV not in os.environ:
+        os.environ[THREADS_BIND_ENV] = bind  # read by every TP scheduler process
+        changed.append(f"{THREADS_BIND_ENV}={bind}")
     if server_args.mamba_radix_cache_strategy == "no_buffer" and not server_args.disable_overlap_schedule:
         # SGLang asserts that no_buffer runs without the overlap scheduler.
         server_args.disable_overlap_schedule = True
