@@ -41,6 +41,7 @@ class ServerProcess:
     env: dict[str, str] = field(default_factory=dict)
     startup_timeout: float = 240.0
     graceful_stop: bool = True
+    cpus: list[int] | None = None  # CPU cores the server's processes may run on (default: all)
     process: subprocess.Popen | None = None
 
     @property
@@ -58,8 +59,9 @@ class ServerProcess:
             env.pop("CACHE_POLICY_SPEC", None)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "wb")
-        self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                        start_new_session=True)
+        cpus = self.cpus
+        self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                        preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
         log.close()
         self._wait_ready()
         return self

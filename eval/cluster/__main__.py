@@ -37,6 +37,8 @@ def serve_parser() -> Parser:
                         help="sglang-router's --policy (manual: pinned by x-smg-routing-key)")
     parser.add_argument("--model", type=existing_dir, default=None, metavar="DIR",
                         help="model directory (default: the tiny model, built once under .artifacts)")
+    parser.add_argument("--gpus-per-worker", type=int_at_least(0), default=0, metavar="K",
+                        help="GPU box: worker i gets --base-gpu-id i*K (0: CPU, the cores are split between workers)")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "cluster", metavar="DIR",
                         help="router.log and worker-<i>/{server.log,events.jsonl}")
     return parser
@@ -80,14 +82,15 @@ def serve(argv: list[str]) -> int:
     if any(flag.split("=")[0] in ("--cache-policy", "--port", "--host", "--cache-events") for flag in server_flags):
         raise UsageError("--cache-policy, --port, --host and --cache-events are set per worker by this command")
     model = args.model or cached_build(ROOT / ".artifacts")
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    stop, started = threading.Event(), threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):  # after start-up: stop serving; during it, unwind
+        signal.signal(sig, lambda *_: sys.exit(143) if not started.is_set() else stop.set())
     cluster = Cluster(str(model), args.out, args.workers, ["--cache-policy", args.policy, *server_flags],
-                      args.router_policy)
+                      args.router_policy, gpus_per_worker=args.gpus_per_worker)
     print(f"{PROG}: starting {args.workers} workers ({args.policy}) and the router ({args.router_policy})",
           file=sys.stderr, flush=True)
     with cluster:
+        started.set()
         for i, server in enumerate(cluster.servers):
             print(f"{PROG}: worker-{i} {server.url} (log {server.log_path})", file=sys.stderr)
         print(cluster.url, flush=True)
@@ -108,6 +111,8 @@ def bench(argv: list[str]) -> int:
     from eval.tiny_model import cached_build
 
     args = bench_parser().parse_args(argv)
+    # SIGTERM unwinds like Ctrl-C, so every server and the router are stopped on the way out.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     args.out.mkdir(parents=True, exist_ok=True)
     trace = args.trace
     if trace is None:

@@ -8,6 +8,13 @@ The router is ``python -m sglang_router.launch_router`` (the Rust load balancer 
 every worker is registered and healthy (its ``/health`` answers 200 as soon as the router itself
 is up, before any worker is known, and requests sent then get 503).
 
+CPU placement (no ``gpus_per_worker``): the machine's cores are split evenly and each worker is
+pinned to its share (``os.sched_setaffinity``, inherited by its scheduler, tokenizer and
+detokenizer) with ``OMP_NUM_THREADS`` = its core count. Unpinned, each worker's torch threads
+spread over every core and each idle scheduler busy-polls one, so two workers on two cores slowed
+each other by about ten times. GPU placement (``gpus_per_worker`` = K): worker i gets
+``--base-gpu-id`` i·K (its TP ranks take the next K GPUs).
+
 Workers run with ``SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=0``: the router health-checks every
 worker's ``/health`` periodically, and SGLang otherwise answers that by generating one token for
 the prompt ``[0]``, a request that lands in the cache and in the events file of a benchmark run.
@@ -40,6 +47,16 @@ MANUAL_ARGS = ["--assignment-mode", "min_group"]
 READY_TIMEOUT_S = 120.0
 
 
+def core_shares(cores, workers: int) -> list[list[int] | None]:
+    """Each worker's cores: ``cores`` split evenly in order (spares left out); no pinning (None for
+    every worker) when there are fewer cores than workers."""
+    cores = sorted(cores)
+    if workers > len(cores):
+        return [None] * workers
+    per = len(cores) // workers
+    return [cores[i * per:(i + 1) * per] for i in range(workers)]
+
+
 def router_command(port: int, worker_urls: list[str], policy: str, metrics_port: int,
                    extra: list[str] | None = None) -> list[str]:
     """The router's argv: loopback only, its Prometheus port chosen free (the default, 29000, would
@@ -65,6 +82,7 @@ class Cluster:
     router_policy: str = DEFAULT_ROUTER_POLICY
     router_args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
+    gpus_per_worker: int = 0  # 0: CPU placement (cores split between workers); K: --base-gpu-id i*K
     port: int = field(default_factory=free_port)
     servers: list[ServerProcess] = field(default_factory=list)
     router: subprocess.Popen | None = None
@@ -92,14 +110,17 @@ class Cluster:
         return self
 
     def _start_workers(self) -> None:
-        for i in range(self.workers):
+        shares = core_shares(os.sched_getaffinity(0), self.workers) if not self.gpus_per_worker else [None] * self.workers
+        for i, cpus in enumerate(shares):
             folder = self.worker_dir(i)
             folder.mkdir(parents=True, exist_ok=True)
             (folder / "events.jsonl").unlink(missing_ok=True)
+            gpu = ["--base-gpu-id", str(i * self.gpus_per_worker)] if self.gpus_per_worker else []
+            threads = {"OMP_NUM_THREADS": str(len(cpus))} if cpus else {}
             self.servers.append(ServerProcess(
                 model_path=self.model_path, log_path=folder / "server.log",
-                extra_args=[*self.server_args, "--cache-events", str(folder / "events.jsonl")],
-                env={**WORKER_ENV, **self.env}, graceful_stop=False))
+                extra_args=[*self.server_args, *gpu, "--cache-events", str(folder / "events.jsonl")],
+                env={**WORKER_ENV, **threads, **self.env}, graceful_stop=False, cpus=cpus))
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
             for future in [pool.submit(server.start) for server in self.servers]:
                 future.result()

@@ -31,8 +31,9 @@ def exact_args(tmp, *settings):
 @pytest.fixture(scope="module")
 def exact_server(tiny_model_dir, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("exact")
-    server = start_server(tiny_model_dir, tmp, "exact", exact_args(tmp))
+    server = start_server(tiny_model_dir, tmp, "exact", exact_args(tmp, f"dump_snapshots={tmp / 'snapshots'}"))
     server.events_path = tmp / "events.jsonl"
+    server.dump = tmp / "snapshots"
     yield server
     server.stop()
     assert server.fatal_lines() == [], server.log_tail()
@@ -136,20 +137,20 @@ def test_eviction_under_a_tiny_snapshot_budget_only_shortens_hits(tiny_model_dir
     assert server.fatal_lines() == []
 
 
-def test_snapshots_equal_a_cold_read_stopped_after_the_same_piece(tiny_model_dir, tmp_path):
+def test_snapshots_equal_a_cold_read_stopped_after_the_same_piece(exact_server):
     """The state kept at 512 by a resumed read equals, bit for bit, the state a cold read keeps
-    when its prompt ends right after the piece [448, 512)."""
+    when its prompt ends right after the piece [448, 512). (The module's server dumps every kept
+    state, ``dump_snapshots``.)"""
     import torch
 
-    dump = tmp_path / "snapshots"
+    dump, server = exact_server.dump, exact_server
     edit = edited(BASE, 300, 310)
-    with start_server(tiny_model_dir, tmp_path, "exact-dump", exact_args(tmp_path, f"dump_snapshots={dump}")) as server:
-        server.generate(BASE, 2, rid="base")
-        resumed = output_record(server.generate(edit, 2, rid="resumed"))
-        assert resumed["cached_tokens"] == 256
-        server.flush_cache()
-        server.generate(edit[:513], 2, rid="cold")  # prompt end e = floor(512 / 64) * 64 = 512
-    assert server.fatal_lines() == []
+    server.flush_cache()
+    server.generate(BASE, 2, rid="base")
+    resumed = output_record(server.generate(edit, 2, rid="resumed"))
+    assert resumed["cached_tokens"] == 256
+    server.flush_cache()
+    server.generate(edit[:513], 2, rid="cold")  # prompt end e = floor(512 / 64) * 64 = 512
     warm = torch.load(dump / "resumed-512.pt")
     cold = torch.load(dump / "cold-512.pt")
     assert len(warm["conv"]) == len(cold["conv"]) >= 1

@@ -170,3 +170,16 @@ def test_for_router_moves_forced_ids_into_the_kept_field():
     assert for_router(plain, affinity=False) == (plain, None)
     only_forced = {"sampling_params": {"custom_params": {"forced_output_ids": [3]}}}
     assert for_router(only_forced, affinity=False)[0] == {"sampling_params": {}, "custom_logit_processor": '{"forced_output_ids":[3]}'}
+
+
+@pytest.mark.parametrize("cores, workers, shares", [
+    ([0, 1], 2, [[0], [1]]),
+    (range(8), 2, [[0, 1, 2, 3], [4, 5, 6, 7]]),
+    (range(5), 2, [[0, 1], [2, 3]]),  # the spare core is left out
+    ([3, 1], 1, [[1, 3]]),
+    ([0], 2, [None, None]),  # fewer cores than workers: no pinning
+])
+def test_core_shares(cores, workers, shares):
+    from eval.cluster.cluster import core_shares
+
+    assert core_shares(cores, workers) == shares
