@@ -192,19 +192,24 @@ def causal_conv1d_update(
     )
     squeeze = x.dim() == 2
     xs = x.unsqueeze(-1) if squeeze else x
-    batch, dim, seqlen = xs.shape
-    width = weight.shape[1]
-    state_len = conv_state.shape[-1]
-    slots = conv_state_indices.tolist() if conv_state_indices is not None else list(range(batch))
+    slots = conv_state_indices.tolist() if conv_state_indices is not None else list(range(xs.shape[0]))
+    out = _conv_update_rows(xs, conv_state, weight, bias, activation, slots, pad_slot_id)
+    return out.squeeze(-1) if squeeze else out
+
+
+def _conv_update_rows(xs, conv_state, weight, bias, activation, slots, pad_slot_id: int) -> torch.Tensor:
+    """``causal_conv1d_update``'s rows: each row's window = its slot's state + its new tokens;
+    the slot keeps the window's last ``state_len`` columns."""
+    seqlen, width, state_len = xs.shape[-1], weight.shape[1], conv_state.shape[-1]
     out = torch.empty_like(xs)
     for i, slot in enumerate(slots):
         if slot == pad_slot_id:
             continue
         window = torch.cat([conv_state[slot].float(), xs[i].float()], dim=-1)
         y = _depthwise_conv(window[:, -(width - 1 + seqlen):], weight, bias)
-        out[i] = _activate(y, activation).to(x.dtype)
+        out[i] = _activate(y, activation).to(xs.dtype)
         conv_state[slot] = window[:, -state_len:].to(conv_state.dtype)
-    return out.squeeze(-1) if squeeze else out
+    return out
 
 
 # --------------------------------------------------------------------------- gated delta rule
@@ -321,20 +326,26 @@ def chunk_gated_delta_rule(
         q, k = _l2norm(q), _l2norm(k)
     num_v_heads = v.shape[-2]
     q, k = _expand_heads(q[0], num_v_heads), _expand_heads(k[0], num_v_heads)
+    return _prefill_sequences(q, k, v, g, beta, scale, initial_state, initial_state_indices, cu_seqlens), None, None
+
+
+def _prefill_sequences(q, k, v, g, beta, scale: float, states, slots, cu_seqlens) -> torch.Tensor:
+    """``chunk_gated_delta_rule``'s sequences, one after the other: each reads its slot's state
+    and writes the final state back (pool layout ``[HV, V, K]``)."""
     out = torch.empty_like(v)
     bounds = cu_seqlens.tolist()
-    for i, slot in enumerate(initial_state_indices.tolist()):
+    for i, slot in enumerate(slots.tolist()):
         start, end = bounds[i], bounds[i + 1]
         if slot == PAD_SLOT_ID or end == start:
             continue
-        state = initial_state[slot].transpose(-1, -2)  # [HV, V, K] -> [HV, K, V]
+        state = states[slot].transpose(-1, -2)  # [HV, V, K] -> [HV, K, V]
         o, state = gdn_chunk_forward(
             q[start:end], k[start:end], v[0, start:end], g[0, start:end], beta[0, start:end],
             state, scale,
         )
         out[0, start:end] = o.to(v.dtype)
-        initial_state[slot] = state.transpose(-1, -2).to(initial_state.dtype)
-    return out, None, None
+        states[slot] = state.transpose(-1, -2).to(states.dtype)
+    return out
 
 
 def fused_sigmoid_gating_delta_rule_update(
@@ -364,32 +375,33 @@ def fused_sigmoid_gating_delta_rule_update(
 
     q, k ``[1, T, H, K]``, v ``[1, T, HV, V]``, a, b ``[T, HV]``; returns ``[1, T, HV, V]``.
     """
-    _no_gpu_only(
-        intermediate_states_buffer=intermediate_states_buffer,
-        retrieve_parent_token=retrieve_parent_token,
-    )
+    _no_gpu_only(intermediate_states_buffer=intermediate_states_buffer, retrieve_parent_token=retrieve_parent_token)
     if is_kda or disable_state_update:
         raise NotImplementedError("KDA / verify mode of the fused recurrent kernel")
     if cu_seqlens is None:
         raise NotImplementedError("CPU GDN decode needs cu_seqlens")
-    if scale is None:
-        scale = k.shape[-1] ** -0.5
-    num_v_heads = v.shape[-2]
+    scale = k.shape[-1] ** -0.5 if scale is None else scale
     g = _log_decay(A_log, a, dt_bias, softplus_beta, softplus_threshold)
     beta = torch.sigmoid(b.float())  # the fused kernel keeps beta in fp32 (no storage rounding)
     # The fused kernel normalises q and k in fp32 registers: no rounding to the input dtype.
-    qf, kf = (_expand_heads(t[0].float(), num_v_heads) for t in (q, k))
+    qf, kf = (_expand_heads(t[0].float(), v.shape[-2]) for t in (q, k))
     if use_qk_l2norm_in_kernel:
         qf, kf = _l2norm_fp32(qf), _l2norm_fp32(kf)
+    return _decode_sequences(qf, kf, v, g, beta, scale, initial_state_source, initial_state_indices, cu_seqlens)
+
+
+def _decode_sequences(qf, kf, v, g, beta, scale: float, states, slots, cu_seqlens) -> torch.Tensor:
+    """The fused decode kernel's sequences: token by token from each slot's state (fp32), the
+    final state written back in the pool's dtype; rows of a negative slot stay zero."""
     vf = v[0].float()
     out = torch.zeros_like(v)
     bounds = cu_seqlens.tolist()
-    for i, slot in enumerate(initial_state_indices.tolist()):
+    for i, slot in enumerate(slots.tolist()):
         if slot < 0:
             continue
-        state = initial_state_source[slot].float().transpose(-1, -2)
+        state = states[slot].float().transpose(-1, -2)
         for t in range(bounds[i], bounds[i + 1]):
             o, state = gdn_recurrent_step(qf[t], kf[t], vf[t], g[t], beta[t], state, scale)
             out[0, t] = o.to(v.dtype)
-        initial_state_source[slot] = state.transpose(-1, -2).to(initial_state_source.dtype)
+        states[slot] = state.transpose(-1, -2).to(states.dtype)
     return out
