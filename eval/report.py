@@ -8,7 +8,11 @@ Reads a server log (SGLang ``Finish:`` lines and SCR's splice/trace lines, see
 ``eval/accounting/server_log.py``) or a ``--cache-events`` file, writes ``DIR/requests.csv``
 (one row per request, ``CSV_FIELDS``) and ``DIR/summary.json``, and runs the checks. With both
 ``--log`` and ``--events`` the rows come from the log and are checked against the events (X1);
-with ``--client`` every client request must join exactly one server row (C1). Any failed check
+with ``--client`` every client request must join exactly one server row (C1). ``--events`` may be
+repeated (the workers of ``eval.cluster``): the files are merged in finishing order and a rid in
+two of them fails. Each events file's start-up record is copied into ``summary.json``
+(``startup``) and checked (S1): its policy must be ``--policy`` when given, and several files
+must come from servers with one policy and one set of settings. Any failed check
 is printed and the command exits with status 1: the run is not reportable. PFLOPs use Qwen3.6-27B
 (N_body = 24,353,201,664; 393,216 FLOPs per query-key pair) unless ``--model-config`` names
 another model's config.json.
@@ -61,6 +65,22 @@ def merged_events(paths: Path | Sequence[Path]) -> list:
     return events if len(paths) == 1 else sorted(events, key=lambda e: e.finished_ts)
 
 
+def startup_checks(events_paths: Path | Sequence[Path] | None, policy: str | None) -> tuple[dict, list[str]]:
+    """Each events file's last start-up record (None for a server from before them) and check S1:
+    a record whose policy is not ``policy`` (when given), or workers whose records differ in
+    policy or settings (several files: one cluster must run one configuration)."""
+    from eval.bcp.startup import last_startup, startup_mismatches
+
+    paths = [] if events_paths is None else [events_paths] if isinstance(events_paths, (str, Path)) else list(events_paths)
+    records = {str(path): last_startup(path) for path in paths}
+    failures = [f"S1 {path}: {problem}" for path, record in records.items() if record is not None and policy
+                for problem in startup_mismatches(record, policy, {})]
+    configs = {json.dumps([r.get("policy"), r.get("settings")], sort_keys=True) for r in records.values() if r}
+    if len(configs) > 1:
+        failures.append(f"S1: the events files come from servers with different policies or settings: {sorted(configs)}")
+    return records, failures
+
+
 def ingest(events_path: Path | Sequence[Path] | None, out: Path, model_config: Path | None = None, *,
            log_path: Path | None = None,
            client_path: Path | None = None, policy: str | None = None, max_blocks: int | None = None,
@@ -87,6 +107,8 @@ def ingest(events_path: Path | Sequence[Path] | None, out: Path, model_config: P
         failures = check(rows, body)
     if client_path is not None:
         failures += check_client(rows, read_client(client_path))
+    startups, startup_failures = startup_checks(events_path, policy)
+    failures += startup_failures
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "requests.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=CSV_FIELDS)
@@ -95,7 +117,7 @@ def ingest(events_path: Path | Sequence[Path] | None, out: Path, model_config: P
             record = dataclasses.asdict(row)
             record["class"] = record.pop("klass")
             writer.writerow({k: "" if record[k] is None else record[k] for k in CSV_FIELDS})
-    result = {**summary(rows), **extra, "n_body": body, "flops_per_pair": pair,
+    result = {**summary(rows), **extra, "n_body": body, "flops_per_pair": pair, "startup": startups,
               "sources": {"log": _str(log_path), "events": _paths(events_path), "client": _str(client_path)},
               "checks_failed": failures}
     (out / "summary.json").write_text(json.dumps(result, indent=2, sort_keys=True))
@@ -157,7 +179,9 @@ def _add_ingest(commands) -> None:
     parser.add_argument("--model-config", type=existing_file, default=None, metavar="FILE",
                         help="the model's config.json for N_body and FLOPs per query-key pair "
                              "(default: Qwen3.6-27B's numbers)")
-    parser.add_argument("--policy", default=None, metavar="NAME", help="policy name for the rows (default: from the log or the events)")
+    parser.add_argument("--policy", default=None, metavar="NAME",
+                        help="policy name for the rows (default: from the log or the events); checked against the "
+                             "events files' start-up records (S1)")
     parser.add_argument("--max-blocks", type=int_at_least(1), default=None, metavar="K",
                         help="SCR's K (blocks per request) when the log has no SCR banner (default: from the banner)")
     parser.add_argument("--moved-counted-once", action="store_true",

@@ -246,7 +246,7 @@ def test_startup_record_names_the_resolved_settings_and_the_added_flags(exact_se
 
     (startup,) = read_startups(str(exact_server.events_path))
     assert startup["policy"] == "exact"
-    assert startup["settings"] == asdict(ExactConfig(piece_tokens=B, retain_every=R))
+    assert startup["settings"] == asdict(ExactConfig(piece_tokens=B, retain_every=R, dump_snapshots=str(exact_server.dump)))
     args = startup["server_args"]
     assert args[args.index("--radix-cache-backend") + 1] == "exact"
     assert args[args.index("--chunked-prefill-size") + 1] == str(B)

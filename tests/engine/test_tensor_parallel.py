@@ -21,7 +21,7 @@ from tests.engine.test_exact_server import BASE, CASES, edited, exact_args, run_
 
 pytestmark = pytest.mark.engine
 
-TP_CASES = ("middle_delete", "two_interleaved_conversations", "append")
+TP_CASES = ("same_edit_twice", "two_interleaved_conversations", "append")  # cases that reuse something
 
 
 @pytest.fixture(scope="module")

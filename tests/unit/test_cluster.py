@@ -183,3 +183,33 @@ def test_core_shares(cores, workers, shares):
     from eval.cluster.cluster import core_shares
 
     assert core_shares(cores, workers) == shares
+
+
+def _startup(policy="exact", **settings):
+    return {"record": "startup", "policy": policy, "settings": settings, "versions": {}, "server_args": [],
+            "pid": 1, "ts": 0.0}
+
+
+@pytest.mark.parametrize("records, policy, problems", [
+    ([_startup()], "exact", []),
+    ([_startup()], None, []),
+    ([_startup("scr")], "exact", ["policy: the server runs 'scr', the run was told 'exact'"]),
+    ([_startup(piece_tokens=64), _startup(piece_tokens=64)], "exact", []),
+    ([_startup(piece_tokens=64), _startup(piece_tokens=832)], "exact", ["different policies or settings"]),
+    ([None], "exact", []),  # a server from before start-up records
+])
+def test_report_checks_start_up_records(tmp_path, records, policy, problems):
+    from eval.report import ingest
+
+    paths = []
+    for i, record in enumerate(records):
+        path = tmp_path / f"w{i}.jsonl"
+        lines = ([json.dumps(record)] if record else []) + [json.dumps(_event(f"r.c{i}.0", 1.0 + i))]
+        path.write_text("\n".join(lines) + "\n")
+        paths.append(path)
+    rows, failures = ingest(paths, tmp_path / "out", policy=policy)
+    assert len(failures) == len(problems)
+    for failure, problem in zip(failures, problems):
+        assert failure.startswith("S1") and problem in failure
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["startup"] == {str(p): r for p, r in zip(paths, records)}
