@@ -212,19 +212,20 @@ def test_concurrent_conversations_relocate_and_return_every_slot(scr_server):
 
 
 @pytest.fixture(scope="module")
-def off_pair(tiny_model_dir, tmp_path_factory):
-    """The same conversation under ``kvreuse:off`` on scr and on radix (same SGLang flags)."""
+def off_pair(scr_server, tiny_model_dir, tmp_path_factory):
+    """The same conversation under ``kvreuse:off`` on scr (the module's server, its cache flushed
+    first) and on a fresh radix server with the same SGLang flags."""
     turns = conversation(81)
-    out = {}
-    for name, policy_args in (("scr", ["--cache-policy", "scr", *SIDE]), ("radix", ["--cache-policy", "radix"])):
-        server = _server(tiny_model_dir, tmp_path_factory, f"off-{name}", policy_args)
-        try:
-            out[name] = run_turns(server, turns, "off", extra_key="kvreuse:off")
-            out[name + "_events"] = events_of(server, "off", 3)
-            out[name + "_log"] = server.log_text()
-        finally:
-            server.stop()
-        assert server.fatal_lines() == [], server.log_tail()
+    scr_server.flush_cache()
+    out = {"scr": run_turns(scr_server, turns, "off", extra_key="kvreuse:off")}
+    out["scr_events"] = events_of(scr_server, "off", 3)
+    out["scr_log"] = scr_server.log_text()
+    server = _server(tiny_model_dir, tmp_path_factory, "off-radix", ["--cache-policy", "radix"])
+    try:
+        out["radix"] = run_turns(server, turns, "off", extra_key="kvreuse:off")
+    finally:
+        server.stop()
+    assert server.fatal_lines() == [], server.log_tail()
     return out
 
 

@@ -1,8 +1,9 @@
 """Recording a trace from a served run: ``--cache-trace`` writes the exact ids the server read and
 produced (checked against the ``/generate`` answers and the tokenizer's rendering of a chat
 prompt), ``eval.traces.record`` joins them into a trace; and the long-context tiny model
-(``max_positions=131072``) serves a 20,000-token prompt with ``--context-length 32768`` under
-``scr``, whose start-up check needs the rotary table to cover the context length."""
+(``max_positions=131072``) serves a 10,000-token prompt (past the default tiny model's 8,192
+positions) with ``--context-length 16384`` under ``scr``, whose start-up check needs the rotary
+table to cover the context length."""
 
 from __future__ import annotations
 
@@ -70,18 +71,18 @@ def test_one_line_per_request(traced_server):
     assert len({row["rid"] for row in rows}) == len(rows)  # one line per request, no duplicates
 
 
-def test_long_context_model_serves_a_20k_prompt(tmp_path):
+def test_long_context_model_serves_a_prompt_past_the_default_8k(tmp_path):
     model = cached_build(ARTIFACTS, max_positions=LONG_CONTEXT_POSITIONS)
     config = json.loads((model / "config.json").read_text())
     assert config["text_config"]["max_position_embeddings"] == LONG_CONTEXT_POSITIONS
     server = start_server(model, tmp_path, "long-scr", [
-        "--context-length", "32768", "--max-total-tokens", "40960", "--chunked-prefill-size", "4096",
+        "--context-length", "16384", "--max-total-tokens", "20480", "--chunked-prefill-size", "4096",
         "--max-running-requests", "1", "--cache-policy", "scr", "--cache-policy-set", "side_sessions=1",
         "--cache-policy-set", "side_tokens=4096"], state_pool=False)
     try:
-        prompt = prompt_ids(21, 20_000)
+        prompt = prompt_ids(21, 10_000)  # past the default tiny model's 8,192 positions
         record = output_record(server.generate(prompt, 2, rid="long.0"))
-        assert record["prompt_tokens"] == 20_000 and len(record["output_ids"]) == 2
+        assert record["prompt_tokens"] == 10_000 and len(record["output_ids"]) == 2
         # scr started: its rotary check passed (table rows >= the context length)
         assert "rotary=True" in server.log_text()
     finally:
