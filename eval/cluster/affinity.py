@@ -1,6 +1,6 @@
 """Conversation affinity behind the router, as plain functions over rids and events.
 
-The rule the clients follow (``eval.replay --affinity``, ``eval.cluster bench``): every call of a
+The rule the clients follow (``eval.replay --router``, ``eval.cluster bench``): every call of a
 conversation carries the HTTP header ``x-smg-routing-key`` = its rid without the last
 ``.<turn>`` part (``<run>.<conversation>``), and the router runs its ``manual`` policy, which
 pins each key to one worker for as long as the key is in use (``--max-idle-secs``, 4 h by
