@@ -44,6 +44,14 @@ CHUNK = 512  # radix and scr: the SCR authors' --chunked-prefill-size
 DEFAULT_QUESTIONS, DEFAULT_SEED = 12, 0
 
 
+def trace_sizes(calls) -> tuple[int, int]:
+    """(context length, KV pool tokens) that hold ``calls``: the longest call rounded up to 1,024
+    (at least 8,192), and every call's tokens plus one context (at most 2,000,000)."""
+    longest = max(len(c.prompt_ids) + len(c.completion_ids) for c in calls)
+    context_len = max(8192, -(-(longest + 64) // 1024) * 1024)
+    return context_len, min(2_000_000, sum(len(c.prompt_ids) + len(c.completion_ids) for c in calls) + context_len)
+
+
 def serving_args(policy: str, context_len: int, pool_tokens: int, concurrency: int) -> list[str]:
     """Launcher arguments of ``policy`` for a trace with prompts up to ``context_len`` tokens."""
     common = ["--context-length", str(context_len), "--max-total-tokens", str(pool_tokens),
@@ -113,10 +121,7 @@ def run_policy(policy: str, model_dir: Path, calls, out: Path, concurrency: int,
     out.mkdir(parents=True, exist_ok=True)
     for name in ("events.jsonl", "client.jsonl"):
         (out / name).unlink(missing_ok=True)
-    longest = max(len(c.prompt_ids) + len(c.completion_ids) for c in calls)
-    context_len = max(8192, -(-(longest + 64) // 1024) * 1024)
-    pool = min(2_000_000, sum(len(c.prompt_ids) + len(c.completion_ids) for c in calls) + context_len)
-    args = [*serving_args(policy, context_len, pool, concurrency), "--cache-events", str(out / "events.jsonl")]
+    args = [*serving_args(policy, *trace_sizes(calls), concurrency), "--cache-events", str(out / "events.jsonl")]
     server = ServerProcess(model_path=str(model_dir), log_path=out / "server.log", extra_args=args,
                            env={"SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE": "1"}).start()
     started = time.monotonic()
@@ -166,11 +171,12 @@ def headline(results: dict[str, dict], table: dict[str, dict], edited: dict[str,
     return "\n".join(lines)
 
 
-def synth_default(path: Path, questions: int, seed: int) -> None:
+def synth_default(path: Path, questions: int, seed: int, small: bool = False) -> None:
+    """``eval.traces synth`` into ``path`` (``small``: its small preset)."""
     import subprocess
 
     subprocess.run([sys.executable, "-m", "eval.traces", "synth", "--out", str(path), "--questions", str(questions),
-                    "--seed", str(seed)], check=True)
+                    "--seed", str(seed), *(["--small"] if small else [])], check=True)
 
 
 def bench(trace_path: Path, out: Path, policies: list[str], concurrency: int, model_dir: Path,

@@ -99,14 +99,8 @@ def serve(argv: list[str]) -> int:
     return 0
 
 
-def synth(path: Path, questions: int, seed: int, small: bool) -> None:
-    import subprocess
-
-    subprocess.run([sys.executable, "-m", "eval.traces", "synth", "--out", str(path), "--questions", str(questions),
-                    "--seed", str(seed), *(["--small"] if small else [])], check=True)
-
-
 def bench(argv: list[str]) -> int:
+    from eval.bench_policies import synth_default
     from eval.cluster.bench import bench as run_bench, failed
     from eval.tiny_model import cached_build
 
@@ -118,7 +112,7 @@ def bench(argv: list[str]) -> int:
     if trace is None:
         trace = args.out / f"trace-q{args.questions}-s{args.seed}{'-small' if args.small else ''}.jsonl"
         if not trace.exists():
-            synth(trace, args.questions, args.seed, args.small)
+            synth_default(trace, args.questions, args.seed, args.small)
     model = args.model or cached_build(ROOT / ".artifacts", max_positions=131072)
     results = run_bench(trace, args.out, args.policies, args.workers, args.router_policies, args.concurrency, model)
     problems = failed(results)

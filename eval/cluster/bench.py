@@ -70,7 +70,7 @@ def per_worker_prediction(calls, events: dict[str, list[dict]], where: dict[str,
 def run_cluster(policy: str, model_dir: Path, calls, out: Path, workers: int, concurrency: int, run: str,
                 router_policy: str) -> dict:
     """Serve ``policy`` on ``workers`` workers behind the router, replay, stop, ingest, measure."""
-    from eval.bench_policies import serving_args
+    from eval.bench_policies import serving_args, trace_sizes
     from eval.cluster.router_client import for_router
     from eval.replay.run import replay
     from eval.report import ingest
@@ -78,10 +78,7 @@ def run_cluster(policy: str, model_dir: Path, calls, out: Path, workers: int, co
 
     out.mkdir(parents=True, exist_ok=True)
     (out / "client.jsonl").unlink(missing_ok=True)
-    longest = max(len(c.prompt_ids) + len(c.completion_ids) for c in calls)
-    context_len = max(8192, -(-(longest + 64) // 1024) * 1024)
-    pool = min(2_000_000, sum(len(c.prompt_ids) + len(c.completion_ids) for c in calls) + context_len)
-    args = serving_args(policy, context_len, pool, concurrency)
+    args = serving_args(policy, *trace_sizes(calls), concurrency)
     affinity = router_policy == "manual"
     cluster = Cluster(str(model_dir), out, workers, args, router_policy,
                       env={"SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE": "1"}).start()

@@ -213,3 +213,12 @@ def test_report_checks_start_up_records(tmp_path, records, policy, problems):
         assert failure.startswith("S1") and problem in failure
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["startup"] == {str(p): r for p, r in zip(paths, records)}
+
+
+def test_trace_sizes_round_the_context_and_sum_the_pool():
+    from eval.bench_policies import trace_sizes
+    from eval.traces.format import TraceCall
+
+    calls = [TraceCall("a", 0, [1] * 9000, [2] * 100), TraceCall("a", 1, [1] * 100, [])]
+    assert trace_sizes(calls) == (9216, 9200 + 9216)  # 9,100 + 64 rounded up to a multiple of 1,024
+    assert trace_sizes([TraceCall("b", 0, [1] * 10, [2])]) == (8192, 11 + 8192)  # at least 8,192
