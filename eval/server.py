@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -21,12 +22,47 @@ from eval import http
 READY_LINE = "The server is fired up and ready to roll!"
 # Lines that mean the server broke an invariant or crashed, whatever it answered.
 FATAL_MARKERS = ("Traceback (most recent call last)", "memory leak detected", "cache-policy executor: dropped")
+# uvicorn's line when the HTTP port is taken; the server process then hangs instead of exiting.
+BIND_FAILED = "error while attempting to bind on address"
+PORT_ATTEMPTS = 3  # start-ups tried on fresh ports when the chosen port was taken in the meantime
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+LOWEST_PORT = 10000
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+class PortTaken(RuntimeError):
+    """The server could not bind its HTTP port: something took it between choice and bind."""
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The kernel's range for ports it hands out itself (``bind(0)``, outgoing connections)."""
+    try:
+        low, high = (int(x) for x in EPHEMERAL_RANGE_FILE.read_text().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
+def free_port(rng: random.Random | None = None, avoid: frozenset[int] = frozenset()) -> int:
+    """A loopback port that is free now, chosen at random below the kernel's ephemeral range.
+
+    Not ``bind(0)``: the kernel hands out ports from the ephemeral range, and so does every
+    ``get_free_port()`` inside SGLang (its torch-distributed port) and every outgoing connection;
+    a port released here and bound seconds later by uvicorn was taken by one of those in CI."""
+    rng = rng or random.SystemRandom()
+    low, _ = ephemeral_range()
+    top = low - 1 if low - 1 > LOWEST_PORT else 65535
+    bottom = LOWEST_PORT if top != 65535 else 61000
+    for _ in range(200):
+        port = rng.randint(bottom, top)
+        if port in avoid:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free loopback port found in {bottom}-{top}")
 
 
 @dataclass
@@ -37,20 +73,40 @@ class ServerProcess:
     log_path: Path
     extra_args: list[str] = field(default_factory=list)
     stock: bool = False
-    port: int = field(default_factory=free_port)
+    port: int | None = None  # None: a free port is chosen (and re-chosen if it is taken before the bind)
     env: dict[str, str] = field(default_factory=dict)
     startup_timeout: float = 240.0
     graceful_stop: bool = True
     cpus: list[int] | None = None  # CPU cores the server's processes may run on (default: all)
     process: subprocess.Popen | None = None
 
+    def __post_init__(self) -> None:
+        self._port_chosen = self.port is None
+        if self.port is None:
+            self.port = free_port()
+
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> "ServerProcess":
+        """Start and wait for the ready line; on a taken port (a port this object chose) try again
+        on a fresh one, up to ``PORT_ATTEMPTS`` start-ups."""
         if self.process is not None:
             raise RuntimeError(f"server on port {self.port} was already started")
+        tried: set[int] = set()
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            tried.add(self.port)
+            try:
+                return self._start_once()
+            except PortTaken:
+                if not self._port_chosen or attempt == PORT_ATTEMPTS:
+                    raise
+                self.process = None
+                self.port = free_port(avoid=frozenset(tried))
+        raise AssertionError("unreachable")
+
+    def _start_once(self) -> "ServerProcess":
         module = "sglang.launch_server" if self.stock else "patches.launch_server"
         cmd = [sys.executable, "-m", module, "--model-path", self.model_path,
                "--host", "127.0.0.1", "--port", str(self.port), *self.extra_args]
@@ -71,8 +127,12 @@ class ServerProcess:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"server exited with {self.process.returncode}:\n{self.log_tail()}")
-            if READY_LINE in self.log_text():
+            text = self.log_text()
+            if READY_LINE in text:
                 return
+            if BIND_FAILED in text:
+                self.stop()
+                raise PortTaken(f"port {self.port} was taken before the server bound it:\n{self.log_tail()}")
             time.sleep(0.5)
         self.stop()
         raise TimeoutError(f"server not ready after {self.startup_timeout:.0f}s:\n{self.log_tail()}")

@@ -1,0 +1,116 @@
+"""``eval.server.ServerProcess`` start-up without SGLang: port choice, and a taken port seen in the
+log (uvicorn logs the bind error and then hangs) ending in a fresh port instead of a 240 s wait.
+
+CI once failed here: a port chosen with ``bind(0)`` was handed to another process (SGLang's own
+``get_free_port()``) before uvicorn bound it."""
+
+from __future__ import annotations
+
+import random
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from eval import server
+from eval.server import BIND_FAILED, PortTaken, ServerProcess, free_port
+
+
+def test_free_port_is_bindable_and_below_the_ephemeral_range():
+    low, _ = server.ephemeral_range()
+    for seed in range(50):
+        port = free_port(random.Random(seed))
+        assert server.LOWEST_PORT <= port < low
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))
+
+
+def test_free_port_skips_a_taken_port(monkeypatch):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        busy = taken.getsockname()[1]
+        monkeypatch.setattr(server, "ephemeral_range", lambda: (busy + 1, 65535))
+        monkeypatch.setattr(server, "LOWEST_PORT", busy - 1)
+        # the range holds two ports, busy-1 and busy: whatever is drawn, the answer is the free one
+        for seed in range(10):
+            assert free_port(random.Random(seed)) == busy - 1
+
+
+def test_ephemeral_range_falls_back_when_unreadable(monkeypatch, tmp_path):
+    monkeypatch.setattr(server, "EPHEMERAL_RANGE_FILE", tmp_path / "missing")
+    assert server.ephemeral_range() == (32768, 60999)
+    garbled = tmp_path / "range"
+    garbled.write_text("not numbers\n")
+    monkeypatch.setattr(server, "EPHEMERAL_RANGE_FILE", garbled)
+    assert server.ephemeral_range() == (32768, 60999)
+
+
+def hanging_process(tmp_path, log_text: str) -> ServerProcess:
+    """A ServerProcess whose 'server' sleeps (as uvicorn's process does after the bind error)."""
+    log = tmp_path / "server.log"
+    log.write_text(log_text)
+    proc = ServerProcess(model_path="m", log_path=log, startup_timeout=20, graceful_stop=False)
+    proc.process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    return proc
+
+
+def test_bind_error_in_the_log_ends_the_wait_and_the_process(tmp_path):
+    proc = hanging_process(tmp_path, f"[t] ERROR:    [Errno 98] {BIND_FAILED} ('127.0.0.1', 1): address already in use\n")
+    started = time.monotonic()
+    with pytest.raises(PortTaken, match=f"port {proc.port} was taken"):
+        proc._wait_ready()
+    assert time.monotonic() - started < 10
+    assert proc.process.poll() is not None  # killed, not left hanging
+
+
+def test_ready_line_returns(tmp_path):
+    proc = hanging_process(tmp_path, f"[t] {server.READY_LINE}\n")
+    try:
+        proc._wait_ready()
+    finally:
+        proc.stop()
+
+
+class Attempts:
+    """Stands in for one start-up: raises PortTaken ``taken`` times, then succeeds."""
+
+    def __init__(self, proc: ServerProcess, taken: int):
+        self.proc, self.taken, self.ports = proc, taken, []
+
+    def __call__(self):
+        self.ports.append(self.proc.port)
+        self.proc.process = object()  # what a real start leaves behind
+        if len(self.ports) <= self.taken:
+            raise PortTaken(f"port {self.proc.port}")
+        return self.proc
+
+
+@pytest.mark.parametrize("taken, starts", [(0, 1), (1, 2), (server.PORT_ATTEMPTS - 1, server.PORT_ATTEMPTS)])
+def test_a_chosen_port_is_rechosen_when_taken(tmp_path, monkeypatch, taken, starts):
+    proc = ServerProcess(model_path="m", log_path=tmp_path / "log")
+    attempts = Attempts(proc, taken)
+    monkeypatch.setattr(proc, "_start_once", attempts)
+    assert proc.start() is proc
+    assert len(attempts.ports) == starts
+    assert len(set(attempts.ports)) == starts  # a fresh port each time
+    assert proc.port == attempts.ports[-1]
+
+
+def test_gives_up_after_the_last_attempt(tmp_path, monkeypatch):
+    proc = ServerProcess(model_path="m", log_path=tmp_path / "log")
+    attempts = Attempts(proc, taken=server.PORT_ATTEMPTS)
+    monkeypatch.setattr(proc, "_start_once", attempts)
+    with pytest.raises(PortTaken):
+        proc.start()
+    assert len(attempts.ports) == server.PORT_ATTEMPTS
+
+
+def test_a_port_the_caller_gave_is_not_changed(tmp_path, monkeypatch):
+    proc = ServerProcess(model_path="m", log_path=tmp_path / "log", port=12345)
+    attempts = Attempts(proc, taken=1)
+    monkeypatch.setattr(proc, "_start_once", attempts)
+    with pytest.raises(PortTaken):
+        proc.start()
+    assert attempts.ports == [12345]
