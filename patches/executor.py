@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 
 from serving import faults
-from patches.events import EventWriter
+from serving.event_writer import EventWriter
 from policy.api import Arrival, Plan, Release
 from policy.events import RequestEvent
 from serving.request_book import (RequestBook, check_invariants, finish_type, forget_stale, prefix_match_cap,

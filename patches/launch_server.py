@@ -83,7 +83,7 @@ def write_startup_record(spec: registry.PolicySpec, sglang_argv: list[str]) -> N
     """With ``--cache-events``, append this start's record (``policy/events.py``) to the file."""
     if spec.events_path is None:
         return
-    from patches.events import write_startup
+    from serving.event_writer import write_startup
 
     record = startup_record(spec.policy, spec.config, recorded_versions(), sglang_argv, os.getpid(), time.time())
     write_startup(spec.events_path, record)

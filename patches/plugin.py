@@ -16,7 +16,7 @@ import pkgutil
 import sys
 
 from patches import versions
-from serving import refusals
+from serving import faults, refusals
 
 logger = logging.getLogger(__name__)
 
@@ -138,9 +138,10 @@ def starter(spec, make):
     ``make(scheduler, policy, events, leader)`` builds the object the set's hooks drive."""
 
     def after_scheduler_init(result, scheduler, *args, **kwargs):
-        from patches.events import EventWriter
+        from serving.event_writer import EventWriter
 
         leader = is_leader(scheduler)
+        faults.set_rank(scheduler.ps.tp_rank)
         events = EventWriter(spec.events_path) if spec.events_path is not None and leader else None
         set_executor(make(scheduler, spec.build(), events, leader))
         if leader:

@@ -16,9 +16,8 @@ import os
 import sglang
 import torch
 
-from serving import faults
 from serving.request_book import finish_type
-from patches.events import EventWriter
+from serving.event_writer import EventWriter
 from patches.executor import aborted_waiting, match_cap
 from patches.scr_tensors import ScrTensors
 from scr import lines
@@ -43,6 +42,7 @@ class ScrRuntime:
         # Port methods SGLang's allocator, the tensors and the event writer have as they are.
         self.alloc, self.free, self.available = self.allocator.alloc, self.allocator.free, self.allocator.available_size
         self.place, self.store_rows, self.write_event = t.place, t.store, getattr(events, "write", None)
+        self.tp_size, self.tp_group = scheduler.ps.tp_size, scheduler.tp_cpu_group
         self.core = Runner(policy, self, logger, leader)
         for line in lines.startup_lines(
                 policy.config, sglang.__version__, os.getpid(), os.environ, bytes_per_token=t.side.bytes_per_token,
@@ -177,7 +177,6 @@ class ScrRuntime:
         index, trace = int(req.mamba_pool_idx), self.policy.config.trace
         before = self.tensors.state_sum(index) if trace else 0.0
         try:
-            faults.check("scr.restore_state", req.rid)
             self.tensors.shadow.restore(side_slot, index)
         except Exception:
             req.mamba_cow_src_index, req.mamba_needs_clear = staged
@@ -199,6 +198,13 @@ class ScrRuntime:
         return dict(prompt_tokens=prompt, cached_tokens=req.cached_tokens, decode_tokens=len(req.output_ids),
                     cache_salt=req.extra_key, finish_reason=finish_type(req.finished_reason),
                     match_cap=match_cap(req, prompt))
+
+    def exchange(self, row: tuple[int, int]) -> list[tuple[int, int]]:
+        """Every TP rank's row (``scr.ranks``), by rank: an all-gather over the TP CPU group (gloo)."""
+        rows = [torch.tensor(row, dtype=torch.int64) for _ in range(self.tp_size)]
+        if self.tp_size > 1:
+            torch.distributed.all_gather(rows, rows[0].clone(), group=self.tp_group)
+        return [(int(r[0]), int(r[1])) for r in rows]
 
     def decode(self, tokens) -> str:
         try:

@@ -1,6 +1,6 @@
 """The events file (``--cache-events FILE``): its records, their reader and their documentation.
 
-Written by ``patches.launch_server`` (the start-up record) and ``patches/events.py`` (one event
+Written by ``patches.launch_server`` (the start-up record) and ``serving/event_writer.py`` (one event
 per request); read by ``eval/``. One JSON object per line, appended (``patches/jsonl_append.py``).
 
 **Start-up record**: one line per server start, written by the launcher before SGLang starts, so

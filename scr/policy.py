@@ -141,9 +141,11 @@ class ScrPolicy(PolicyDefaults):
         chunk = settings.get("chunked_prefill_size")
         if chunk is None or chunk <= 0:
             problems.append("chunked prefill is off: the two-phase relocation needs --chunked-prefill-size > 0")
-        if (settings.get("tp_size") or 1) > 1:
-            problems.append("--tp-size > 1: every rank would decide relocations on its own and a failure on one "
-                            "rank is not seen by the others (unsupported, as upstream; see docs/tensor_parallel.md)")
+        if settings.get("enable_dp_attention"):
+            problems.append("--enable-dp-attention: the ranks of one TP group would serve different requests, and "
+                            "SCR keeps its ranks in step per TP group (unsupported; see docs/tensor_parallel.md)")
+        if (settings.get("pp_size") or 1) > 1:
+            problems.append("--pp-size > 1: relocation is untested with pipeline stages (see docs/tensor_parallel.md)")
         if settings.get("enable_hierarchical_cache"):
             problems.append("--enable-hierarchical-cache: plans would be consumed at enqueue (unsupported, as upstream)")
         if settings.get("speculative_algorithm"):

@@ -6,7 +6,9 @@ recurrent-state slot) and carries out orders (cut the token array, allocate slot
 states, attach rows to the prefix, write the event). A request is an opaque handle here: only the
 engine reads or changes it. The rules each step asks are ``scr.execution`` and ``scr.cursor``;
 what is printed, ``scr.lines``. An exception inside any step is contained (``contain``): the
-request falls back to a plain read, a line says why, and its event carries the reason.
+request falls back to a plain read, a line says why, and its event carries the reason. Under tensor
+parallelism each tensor step ends with an exchange between the ranks (``on_every_rank``,
+``scr.ranks``), so a step that fails on one rank ends in the same fallback on all of them.
 """
 # Spec: docs/scr.md
 
@@ -16,7 +18,7 @@ import time
 from typing import Any, NamedTuple, Protocol, Sequence
 
 from policy.events import RequestEvent
-from scr import lines
+from scr import lines, ranks
 from scr.cursor import Relocation, phase1_step
 from scr.execution import (Counters, RequestState, chunk_admission, evict_amount, evict_floor, new_cursor, plan_gate,
                            relocation_refusal, request_event, snapshot_at_prefill_end, state_at_release)
@@ -69,6 +71,7 @@ class Engine(Protocol):
     def event_facts(self, req) -> dict | None: ...  # None: no events file
     def write_event(self, event: RequestEvent) -> None: ...
     def decode(self, tokens: Sequence[int]) -> str: ...
+    def exchange(self, row: tuple[int, int]) -> list[tuple[int, int]]: ...  # every TP rank's row, by rank
 
 
 class Runner:
@@ -102,6 +105,8 @@ class Runner:
         relocated before the failing step, when the forward after them already ran) and reads the rest."""
         try:
             return fn(*args)
+        except ranks.RanksDisagree:
+            raise  # the ranks' decisions diverged: no fallback can make them agree again
         except Exception as exc:  # noqa: BLE001 - containment is the point
             self.logger.exception("[kvreuse] scr step %s failed for rid=%s", step, rid)
             if state is not None:
@@ -114,6 +119,23 @@ class Runner:
                 state.cut = False
                 self.logger.error(FALLBACK_LOG, rid, step, "plain_read", state.fallback)
             return None
+
+    def on_every_rank(self, step: str, rid: str, fn, *args):
+        """One tensor step on this rank's shard (``scr.<step>`` is its fault-injection point), then
+        the ranks' exchange: every rank learns whether any rank failed the step, and all raise (their
+        own error, or ``PeerFailed``) so they take the same fallback. One rank: no collective."""
+        error = None
+        try:
+            faults.check(f"scr.{step}", rid)
+            result = fn(*args)
+        except Exception as exc:  # noqa: BLE001 - raised below, once every rank knows
+            error = exc
+        failed = ranks.failed_ranks(self.engine.exchange(ranks.own_row(step, rid, error is not None)), step, rid)
+        if error is not None:
+            raise error
+        if failed:
+            raise ranks.peer_failure(step, failed)
+        return result
 
     # ------------------------------------------------------------------ enqueue (§4.2)
 
@@ -237,7 +259,9 @@ class Runner:
 
         ``direct``: on the waiting queue, before admission (undone if the request is not admitted
         this round). Copies and the restore come before the slots are attached, so a failure leaves
-        the request exactly as phase 1 left it (a plain read of the rest is exact)."""
+        the request exactly as phase 1 left it (a plain read of the rest is exact). The restore's
+        checks run with the row copy, before any rank overwrites its state; only a failure inside
+        the state copy itself leaves the other ranks' states restored."""
         block, prefix, slot = relocation.block, facts.prefix_len, state.outcome.side_slot
         n, full_len = block.num_rows, facts.full_len
         reason = relocation_refusal(n, slot, full_len, prefix, relocation.arm_restore,
@@ -253,10 +277,10 @@ class Runner:
                      "-> normal prefill of the tail", debug=True)
             return self._read_rest(req, state)
         try:
-            faults.check("scr.place_rows", state.rid)
-            self.engine.place(slot, block.old_start, prefix, slots, rerotate=not state.outcome.config.no_rerotate)
+            self.on_every_rank("place_rows", state.rid, self._place, state, slot, block.old_start, prefix, slots,
+                               relocation.arm_restore)
             if relocation.arm_restore:
-                self.engine.restore_state(req, slot, state.sid)
+                self.on_every_rank("restore_copy", state.rid, self.engine.restore_state, req, slot, state.sid)
         except Exception as exc:
             self.logger.error("[kvreuse] v6 splice failed (%s); freeing %d slots", exc, n)
             self.engine.free(slots)
@@ -265,6 +289,11 @@ class Runner:
         for line in lines.relocated(state.rid, state, relocation, prefix, full_len, self.counters):
             self._emit(state, line)
         self._next_block(req, state, prefix + n)
+
+    def _place(self, state: RequestState, slot: int, old_start: int, new_start: int, slots, restore: bool) -> None:
+        self.engine.place(slot, old_start, new_start, slots, rerotate=not state.outcome.config.no_rerotate)
+        if restore:
+            faults.check("scr.restore_state", state.rid)
 
     def _guard(self, state: RequestState, old_start: int, new_ids: Sequence[int]) -> bool:
         n = len(new_ids)
@@ -413,8 +442,7 @@ class Runner:
             return
         if acquired:
             self.trace("side_acq", slot=slot, sid=state.sid, free=self.policy.num_free_slots)
-        faults.check("scr.save_state", state.rid)
-        index = self.engine.save_state(req, slot)
+        index = self.on_every_rank("save_state", state.rid, self.engine.save_state, req, slot)
         self.policy.snapshot_taken(state.sid, n_tokens)
         state.state_saved = True
         self.trace("ssm_save", rid=state.rid, sid=state.sid, slot=slot, midx=index, n=n_tokens)
@@ -451,8 +479,8 @@ class Runner:
                 self.trace("side_acq", slot=store.slot, sid=state.sid, free=self.policy.num_free_slots)
             if store.end > store.keep:
                 try:
-                    faults.check("scr.side_store", state.rid)
-                    self.engine.store_rows(store.slot, pool_row, kv_len, store.keep, store.end)
+                    self.on_every_rank("side_store", state.rid, self.engine.store_rows, store.slot, pool_row, kv_len,
+                                       store.keep, store.end)
                 except Exception:
                     self._trace_dropped(self.policy.drop_private(state.sid))
                     raise

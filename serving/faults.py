@@ -3,8 +3,9 @@
 ``CACHE_POLICY_FAULTS="scr.restore_state@1,scr.side_store~conv-b@2+"`` (read once per process)
 makes ``check("scr.restore_state", rid)`` raise ``InjectedFault`` on its first call, and
 ``check("scr.side_store", rid)`` on the second and every later call whose ``rid`` starts with
-``conv-b`` (``~`` filters by key prefix; ``+`` repeats). Unset (the default), a check is one
-dict lookup. The steps are named where ``check`` is called (``grep faults.check``: the
+``conv-b`` (``~`` filters by key prefix; ``+`` repeats). ``#R`` limits an item to tensor-parallel
+rank R (``scr.place_rows#1@1``: the first copy fails on rank 1 only; the rank is set by the
+scheduler's start-up hook, 0 until then). Unset (the default), a check is one dict lookup. The steps are named where ``check`` is called (``grep faults.check``: the
 executors in ``patches/``); the engine tests use this to show that a failing step ends one
 request, never the server. Standard library only, so the executors' pure tests use it too.
 """
@@ -20,30 +21,38 @@ class InjectedFault(RuntimeError):
     """Raised by ``check`` where a test asked for a failure."""
 
 
-def parse(text: str) -> dict[str, list[tuple[str, int, bool]]]:
-    """``"step[~prefix]@N[+],..."`` -> {step: [(key prefix, N, every later call)]}; a malformed
-    item is an error (so a typo in a test cannot silently inject nothing)."""
-    plan: dict[str, list[tuple[str, int, bool]]] = {}
+def parse(text: str) -> dict[str, list[tuple[str, int, bool, int | None]]]:
+    """``"step[~prefix][#rank]@N[+],..."`` -> {step: [(key prefix, N, every later call, rank or
+    None)]}; a malformed item is an error (so a typo in a test cannot silently inject nothing)."""
+    plan: dict[str, list[tuple[str, int, bool, int | None]]] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         target, sep, when = item.partition("@")
+        target, has_rank, rank = target.partition("#")
         step, _, prefix = target.partition("~")
         repeat = when.endswith("+")
         number = when[:-1] if repeat else when
-        if not sep or not step or not number.isdigit() or int(number) < 1:
-            raise ValueError(f"{ENV}: expected step[~keyprefix]@N[+] (N >= 1), got {item!r}")
-        plan.setdefault(step, []).append((prefix, int(number), repeat))
+        if (not sep or not step or not number.isdigit() or int(number) < 1
+                or (has_rank and not rank.isdigit())):
+            raise ValueError(f"{ENV}: expected step[~keyprefix][#rank]@N[+] (N >= 1), got {item!r}")
+        plan.setdefault(step, []).append((prefix, int(number), repeat, int(rank) if has_rank else None))
     return plan
 
 
 _PLAN = parse(os.environ.get(ENV, ""))
 _CALLS: dict[tuple[str, str], int] = {}
+_RANK = [0]  # this process's tensor-parallel rank
+
+
+def set_rank(rank: int) -> None:
+    """Called once per scheduler process: items with ``#R`` fire only where R is this rank."""
+    _RANK[0] = int(rank)
 
 
 def check(step: str, key: str = "") -> None:
     """Raise ``InjectedFault`` if this call of ``step`` (for ``key``, e.g. a rid) is one the
     environment asked to fail."""
-    for prefix, number, repeat in _PLAN.get(step, ()):
-        if not key.startswith(prefix):
+    for prefix, number, repeat, rank in _PLAN.get(step, ()):
+        if not key.startswith(prefix) or (rank is not None and rank != _RANK[0]):
             continue
         _CALLS[step, prefix] = count = _CALLS.get((step, prefix), 0) + 1
         if count == number or (repeat and count > number):

@@ -1,6 +1,6 @@
 """One JSON object per line, appended by a server process to a file shared with other processes.
 
-Shared by the per-request files the scheduler writes (``--cache-events``: ``patches/events.py``;
+Shared by the per-request files the scheduler writes (``--cache-events``: ``serving/event_writer.py``;
 ``--cache-trace``: ``patches/trace_writer.py``). Each line goes out in a single ``write`` on an
 ``O_APPEND`` descriptor, so lines from several scheduler processes (data parallelism) never
 interleave, and a reader that polls the file sees whole lines or none.

@@ -1,9 +1,9 @@
 """``--tp-size 2`` on the CPU path (gloo between two scheduler processes, one core each: the
-launcher fills ``SGLANG_CPU_OMP_THREADS_BIND``), for ``exact``; ``scr`` refuses TP (the reason and
-the design: docs/tensor_parallel.md).
+launcher fills ``SGLANG_CPU_OMP_THREADS_BIND``), for ``exact`` (docs/tensor_parallel.md §3; ``scr``:
+``test_scr_tensor_parallel.py``, a module of its own so that the two TP servers never run at once).
 
-Each rank holds its shard of every snapshot (half the GDN value heads, half the KV heads). The
-plan is a pure function of the token ids, so both ranks make the same one. Checked on one TP 2
+Each rank holds its shard of every snapshot (half the GDN value heads, half the KV heads).
+The plan is a pure function of the token ids, so both ranks make the same one. Checked on one TP 2
 server: warm answers equal cold ones bit for bit (ids and logprobs) and the reused lengths equal
 ``exact_cache.replay``, on the cases of ``test_exact_server`` that edit, interleave and append;
 and per rank, the snapshot a resumed read keeps at 512 equals the one a cold read keeps there

@@ -199,7 +199,8 @@ def admit_and_decode(req, tree_cache, output_ids: list[int]) -> None:
 
 def _scheduler_stub(attn_tp_rank: int):
     """What the plugin reads of a Scheduler: its ``ps`` (sglang ParallelState) ranks."""
-    return types.SimpleNamespace(ps=types.SimpleNamespace(attn_tp_rank=attn_tp_rank, attn_cp_rank=0, pp_rank=0))
+    return types.SimpleNamespace(ps=types.SimpleNamespace(attn_tp_rank=attn_tp_rank, attn_cp_rank=0, pp_rank=0,
+                                                          tp_rank=attn_tp_rank, tp_size=2))
 
 
 def read_events(path: str) -> list[dict]:

@@ -129,7 +129,8 @@ def make(config):
                req_to_token_pool=NS(req_to_token=torch.zeros((16, 20000), dtype=torch.int32),
                                     mamba_pool=NS(mamba_cache=mamba)),
                model_config=NS(hf_text_config=None, context_len=20000), tp_worker=NS(model_runner=NS(model=None)),
-               tokenizer=None, chunked_req=None, waiting_queue=[], is_fully_idle=lambda: True)
+               tokenizer=None, chunked_req=None, waiting_queue=[], is_fully_idle=lambda: True,
+               ps=NS(tp_rank=0, tp_size=1), tp_cpu_group=None)
     sched.tree_cache = Tree(alloc)
     runtime = rt.ScrRuntime(ScrPolicy(config), sched, Events(), True)
     return NS(rt=runtime, sched=sched, alloc=alloc, pool=pool, mamba=mamba, next_pool=[0], next_state=[0])

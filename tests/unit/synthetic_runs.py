@@ -21,7 +21,7 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from patches.events import EventWriter
+from serving.event_writer import EventWriter
 from policy.events import RequestEvent
 from policy.tokens import common_prefix_len
 from scr.authors_log import format_line

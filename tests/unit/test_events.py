@@ -1,4 +1,4 @@
-"""``policy.events.RequestEvent`` / ``read_events`` and the writer ``patches.events.EventWriter``."""
+"""``policy.events.RequestEvent`` / ``read_events`` and the writer ``serving.event_writer.EventWriter``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from patches.events import EventWriter, write_startup
+from serving.event_writer import EventWriter, write_startup
 from policy.events import SCHEMA_VERSION, RequestEvent, read_events, read_startups, startup_record
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -380,7 +380,7 @@ def test_writer_relative_path_in_cwd(tmp_path, monkeypatch):
     assert read_lines(tmp_path / "events.jsonl") == [EVENT_LINE]
 
 
-@pytest.mark.parametrize("module", ["policy.events", "patches.events"])
+@pytest.mark.parametrize("module", ["policy.events", "serving.event_writer"])
 def test_event_modules_do_not_import_sglang(module):
     code = f"import sys, {module}; print(sorted(m for m in sys.modules if m.split('.')[0] in ('sglang', 'torch')))"
     result = subprocess.run(

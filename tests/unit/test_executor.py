@@ -14,7 +14,7 @@ import pytest
 
 from exact_cache.config import ExactConfig
 from exact_cache.policy import ExactPolicy
-from patches.events import EventWriter
+from serving.event_writer import EventWriter
 from patches.executor import OFF_PLAN_LOG, PolicyExecutor
 from policy.api import Extend, Plan, Snapshot
 from policy.events import read_events

@@ -10,7 +10,7 @@ import pytest
 from eval import report
 from eval.accounting import provenance
 from eval.accounting.flops import QWEN36_27B, n_body
-from patches.events import EventWriter
+from serving.event_writer import EventWriter
 from policy.events import RequestEvent
 
 BODY = n_body(QWEN36_27B)

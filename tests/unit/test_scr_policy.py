@@ -18,7 +18,9 @@ GOOD = {"chunked_prefill_size": 512, "tp_size": 1, "disable_radix_cache": False}
         pytest.param({"disable_radix_cache": True}, "--disable-radix-cache", id="no-radix-cache"),
         pytest.param({"chunked_prefill_size": -1}, "chunked prefill is off", id="no-chunking"),
         pytest.param({"chunked_prefill_size": None}, "chunked prefill is off", id="chunking-unset"),
-        pytest.param({"tp_size": 2}, "--tp-size > 1", id="tensor-parallel"),
+        pytest.param({"tp_size": 2}, None, id="tensor-parallel"),  # ranks kept in step (scr/ranks.py)
+        pytest.param({"tp_size": 2, "enable_dp_attention": True}, "--enable-dp-attention", id="dp-attention"),
+        pytest.param({"pp_size": 2}, "--pp-size > 1", id="pipeline"),
         pytest.param({"enable_hierarchical_cache": True}, "--enable-hierarchical-cache", id="hicache"),
         pytest.param({"speculative_algorithm": "EAGLE"}, "speculative decoding", id="speculative"),
     ],

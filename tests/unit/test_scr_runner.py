@@ -10,6 +10,7 @@ import random
 
 import pytest
 
+from scr import ranks
 from scr.policy import ScrPolicy
 from scr.runner import FALLBACK_LOG, RequestFacts, Runner
 from scr.settings import ScrConfig
@@ -42,6 +43,11 @@ class Engine:
     def __init__(self):
         self.free_slots, self.evictable_slots = 50_000, 0
         self.calls, self.events, self.fail_place = [], [], False
+        # A second TP rank (when either is set): the (step, rid) it fails, and whether it is at
+        # another step than ours (the ranks diverged).
+        self.peer_fails: set[tuple[str, str]] = set()
+        self.peer_elsewhere = False
+        self.exchanged: list[tuple[int, int]] = []
 
     def facts(self, req):
         return RequestFacts(req.prompt, req.prefix, len(req.prompt) + len(req.output), req.extend_end,
@@ -114,6 +120,15 @@ class Engine:
 
     def decode(self, ids):
         return "text"
+
+    def exchange(self, row):
+        """One rank (no peer configured), or this rank and a peer whose row the test decides."""
+        self.exchanged.append(row)
+        if not self.peer_fails and not self.peer_elsewhere:
+            return [row]
+        fails = any(row[1] == ranks.step_digest(step, rid) for step, rid in self.peer_fails)
+        digest = ranks.step_digest("elsewhere", "-") if self.peer_elsewhere else row[1]
+        return [row, (int(fails), digest)]
 
 
 class Log:
@@ -259,3 +274,72 @@ def test_an_unsupported_knob_refuses_the_request():
     req = Req("k", DOC)
     assert run.admit(req, "k", tuple(DOC), "kvreuse:knobs:pin=1").startswith("cache_salt: ")
     assert run.requests == {}
+
+
+# ---------------------------------------------------------------- two TP ranks (docs/tensor_parallel.md §4)
+
+
+def test_one_rank_exchanges_its_own_row_at_every_tensor_step():
+    run = runner()
+    req = second_turn(run)
+    run.after_admission(req, req.rid, admitted=True, in_phase1=True, chunk_free=True)
+    req.prefix = 1500
+    run.after_round(req, req.rid, waiting_queue=False, chunk_busy=False)
+    steps = [("save_state", "a.1"), ("side_store", "a.1"), ("place_rows", "a.2"), ("restore_copy", "a.2")]
+    assert run.engine.exchanged == [(0, ranks.step_digest(step, rid)) for step, rid in steps]
+
+
+@pytest.mark.parametrize("step", ["place_rows", "restore_copy"])
+def test_a_relocation_step_failing_on_the_other_rank_ends_in_the_same_plain_read(step):
+    """This rank copied (and maybe restored) fine; the peer failed: the slots go back, nothing is
+    attached, the rest is read (as on the failing rank), the reason names the rank."""
+    run = runner()
+    req = second_turn(run)
+    run.after_admission(req, req.rid, admitted=True, in_phase1=True, chunk_free=True)
+    run.engine.peer_fails = {(step, "a.2")}
+    req.prefix, free = 1500, run.engine.free_slots
+    run.after_round(req, req.rid, waiting_queue=False, chunk_busy=False)
+    state = run.requests["a.2"]
+    assert run.engine.free_slots == free and (req.prefix, req.cut_at, req.in_tree) == (1500, None, True)
+    assert (state.cursor, state.moved, state.blocks) == (None, 0, 0)
+    assert state.fallback == f"round: PeerFailed: {step} failed on TP rank(s) 1"
+    restored = ("restore_state", 0, "s000001") in run.engine.calls
+    assert restored == (step == "restore_copy")  # a restore runs only after every rank placed its rows
+
+
+def session_fields(run):
+    s = run.policy.sessions.get("s000001")
+    return s.side_slot, s.n_side, s.state_tokens, len(s.token_ids)
+
+
+def test_a_side_store_failing_on_the_other_rank_drops_the_session_here_too():
+    run = runner()
+    run.engine.peer_fails = {("side_store", "a.1")}
+    first_turn(run)
+    assert session_fields(run) == (None, 0, -1, 0)  # as on the failing rank (one rank: (0, 3001, 3000, 3000))
+    assert run.engine.events[-1].fallback == "store: PeerFailed: side_store failed on TP rank(s) 1"
+    req = Req("a.2", EDITED)
+    run.admit(req, req.rid, tuple(EDITED), None)
+    assert run.requests["a.2"].outcome.kind == "cold"  # nothing to relocate from
+
+
+def test_a_state_save_failing_on_the_other_rank_is_not_recorded_here_either():
+    run = runner()
+    run.engine.peer_fails = {("save_state", "a.1")}
+    first_turn(run)
+    assert session_fields(run) == (0, 3001, -1, 3000)  # rows stored, no usable state snapshot
+    assert run.engine.events[-1].fallback == "save_state: PeerFailed: save_state failed on TP rank(s) 1"
+    req = Req("a.2", EDITED)
+    run.admit(req, req.rid, tuple(EDITED), None)
+    assert (run.requests["a.2"].outcome.kind, run.requests["a.2"].gate.reason) == ("plan", "no_snapshot")
+
+
+def test_ranks_at_different_steps_stop_the_scheduler():
+    """Diverged decisions cannot be contained: the error leaves the runner (SGLang stops)."""
+    run = runner()
+    run.engine.peer_elsewhere = True
+    req = Req("a.1", DOC)
+    run.admit(req, req.rid, tuple(DOC), None)
+    req.prefix = 3000
+    with pytest.raises(ranks.RanksDisagree, match="step save_state of rid=a.1: rank"):
+        run.after_prefill(req, req.rid)

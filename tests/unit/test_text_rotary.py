@@ -10,7 +10,6 @@ import pytest
 import torch
 from torch import nn
 
-from serving import faults
 from patches.rope import text_rotary
 from scr.rotary import RotaryMismatch, expected_text_rotary
 
@@ -83,23 +82,3 @@ def test_a_table_shorter_than_the_context_is_refused():
     root, _ = model()
     with pytest.raises(RotaryMismatch, match="fewer than the context length 8192"):
         text_rotary(root, [3, 7], CONFIG, context_len=8192)
-
-
-def test_fault_specs_parse_and_fire_on_the_asked_call():
-    plan = faults.parse("a@2, b~conv-x@1+")
-    assert plan == {"a": [("", 2, False)], "b": [("conv-x", 1, True)]}
-    with pytest.raises(ValueError, match="step"):
-        faults.parse("a@0")
-    with pytest.raises(ValueError):
-        faults.parse("a")
-
-
-def test_fault_check_counts_per_key_prefix(monkeypatch):
-    monkeypatch.setattr(faults, "_PLAN", faults.parse("s~x@2+"))
-    monkeypatch.setattr(faults, "_CALLS", {})
-    faults.check("s", "y.1")  # other keys never count
-    faults.check("s", "x.1")
-    for _ in range(2):
-        with pytest.raises(faults.InjectedFault):
-            faults.check("s", "x.2")
-    faults.check("other", "x.1")
