@@ -205,25 +205,35 @@ class ServerProcess:
         self.stop()
 
 
-def wait_for_events(path: Path, rids, timeout: float = 15.0) -> dict[str, dict]:
-    """Events (``--cache-events`` lines, as dicts) by rid, once all of ``rids`` are there.
+def request_events(path: Path) -> list[dict]:
+    """The request events of one ``--cache-events`` file as dicts, in file order (start-up
+    records, which have no ``rid``, left out; a missing file has none)."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [row for row in rows if isinstance(row, dict) and "rid" in row]
+
+
+def wait_for_events_in(paths: dict[str, Path], rids, timeout: float = 15.0) -> dict[str, list[dict]]:
+    """Each file's request events (by the caller's name for it), once every rid of ``rids`` is in
+    one of them.
 
     The scheduler writes a request's event as the request leaves it, which may be just after
     the client has its answer; returns what is there when ``timeout`` runs out.
     """
-    path = Path(path)
     deadline = time.monotonic() + timeout
     while True:
-        events = {}
-        if path.exists():
-            for line in path.read_text().splitlines():
-                if line.strip():
-                    event = json.loads(line)
-                    if "rid" in event:  # not a start-up record
-                        events[event["rid"]] = event
-        if all(rid in events for rid in rids) or time.monotonic() > deadline:
+        events = {name: request_events(path) for name, path in paths.items()}
+        seen = {event["rid"] for rows in events.values() for event in rows}
+        if set(rids) <= seen or time.monotonic() > deadline:
             return events
         time.sleep(0.2)
+
+
+def wait_for_events(path: Path, rids, timeout: float = 15.0) -> dict[str, dict]:
+    """``wait_for_events_in`` for one file, as a dict by rid (a repeated rid: its last event)."""
+    return {event["rid"]: event for event in wait_for_events_in({"events": path}, rids, timeout)["events"]}
 
 
 def output_record(response: dict) -> dict:

@@ -30,27 +30,9 @@ from pathlib import Path
 
 from eval.cluster.affinity import load, served_by, split_conversations
 from eval.cluster.cluster import Cluster
+from eval.server import wait_for_events_in
 
 SHARES = ("prefix_reused_share", "moved_share", "read_share")
-
-
-def read_raw_events(path: Path) -> list[dict]:
-    """The request events of one events file as dicts (start-up records left out)."""
-    if not path.exists():
-        return []
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [row for row in rows if isinstance(row, dict) and "rid" in row]
-
-
-def wait_for_all(paths: dict[str, Path], rids: list[str], timeout: float = 60.0) -> dict[str, list[dict]]:
-    """Each worker's events, once every rid of ``rids`` is in one of them (or the timeout ran out)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        events = {worker: read_raw_events(path) for worker, path in paths.items()}
-        seen = {e["rid"] for rows in events.values() for e in rows}
-        if set(rids) <= seen or time.monotonic() > deadline:
-            return events
-        time.sleep(0.2)
 
 
 def per_worker_prediction(calls, events: dict[str, list[dict]], where: dict[str, str], run: str) -> dict:
@@ -91,7 +73,7 @@ def run_cluster(policy: str, model_dir: Path, calls, out: Path, workers: int, co
         replay(send, calls[:1], out, run, 1, progress=sys.stderr)
         replay(send, calls, out, run, concurrency, progress=sys.stderr)
         wall = time.monotonic() - started
-        events = wait_for_all(cluster.events_paths(), [c.rid(run) for c in calls])
+        events = wait_for_events_in(cluster.events_paths(), [c.rid(run) for c in calls], timeout=60.0)
     finally:
         cluster.stop()
     rows, failures = ingest(list(cluster.events_paths().values()), out / "report", client_path=out / "client.jsonl",

@@ -6,6 +6,7 @@ CI once failed here: a port chosen with ``bind(0)`` was handed to another proces
 
 from __future__ import annotations
 
+import json
 import random
 import socket
 import subprocess
@@ -114,3 +115,41 @@ def test_a_port_the_caller_gave_is_not_changed(tmp_path, monkeypatch):
     with pytest.raises(PortTaken):
         proc.start()
     assert attempts.ports == [12345]
+
+
+# ---------------------------------------------------------------- reading the events files
+
+
+def write_lines(path, rows):
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows) + "\n")
+
+
+def test_request_events_leave_out_start_up_records_and_blank_lines(tmp_path):
+    events = tmp_path / "events.jsonl"
+    write_lines(events, [{"kind": "startup", "policy": "scr"}, {"rid": "a", "moved": 1}, {"rid": "b"}])
+    assert server.request_events(events) == [{"rid": "a", "moved": 1}, {"rid": "b"}]
+    assert server.request_events(tmp_path / "missing.jsonl") == []
+
+
+def test_waiting_on_several_files_returns_once_every_rid_is_somewhere(tmp_path):
+    one, two = tmp_path / "w0.jsonl", tmp_path / "w1.jsonl"
+    write_lines(one, [{"rid": "a"}])
+    write_lines(two, [{"rid": "b"}, {"rid": "c"}])
+    started = time.monotonic()
+    got = server.wait_for_events_in({"w0": one, "w1": two}, ["a", "c"], timeout=10)
+    assert got == {"w0": [{"rid": "a"}], "w1": [{"rid": "b"}, {"rid": "c"}]}
+    assert time.monotonic() - started < 5
+
+
+def test_waiting_gives_what_is_there_when_the_time_runs_out(tmp_path):
+    one = tmp_path / "w0.jsonl"
+    write_lines(one, [{"rid": "a"}])
+    started = time.monotonic()
+    assert server.wait_for_events_in({"w0": one}, ["a", "late"], timeout=0.5) == {"w0": [{"rid": "a"}]}
+    assert time.monotonic() - started >= 0.5
+
+
+def test_one_file_by_rid_keeps_a_repeated_rids_last_event(tmp_path):
+    events = tmp_path / "events.jsonl"
+    write_lines(events, [{"rid": "a", "n": 1}, {"rid": "b"}, {"rid": "a", "n": 2}])
+    assert server.wait_for_events(events, ["a", "b"]) == {"a": {"rid": "a", "n": 2}, "b": {"rid": "b"}}
