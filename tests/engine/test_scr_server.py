@@ -235,22 +235,26 @@ def test_kvreuse_off_matches_radix_exactly(off_pair):
     assert "kv6trace ev=req rid=off." not in off_pair["scr_log"]
 
 
-def test_relocated_rows_in_the_tree_serve_the_next_append(tiny_model_dir, tmp_path_factory):
+def test_relocated_rows_in_the_tree_serve_the_next_append(scr_server, tiny_model_dir, tmp_path_factory):
     """``relocated_in_tree=1`` (the authors' code): the edited turn is cached like any request,
     relocated rows included, so the append turn after it hits the tree past the first stop; with
-    the default, the tree holds only what phase 1 read exactly (up to the first stop)."""
+    the default (the module's server, its tree flushed first), the tree holds only what phase 1
+    read exactly (up to the first stop)."""
     first, second, _ = conversation(91)
     fourth = second + prompt_ids(92, 30)
     hits = {}
     for setting in ("0", "1"):
-        server = _server(tiny_model_dir, tmp_path_factory, f"tree{setting}",
-                         ["--cache-policy", "scr", *SIDE, "--cache-policy-set", f"relocated_in_tree={setting}"])
+        server = scr_server if setting == "0" else _server(
+            tiny_model_dir, tmp_path_factory, "tree1",
+            ["--cache-policy", "scr", *SIDE, "--cache-policy-set", "relocated_in_tree=1"])
         try:
-            run_turns(server, [first, second, fourth], "tree")
-            events = events_of(server, "tree", 3)
+            server.flush_cache()
+            run_turns(server, [first, second, fourth], f"tree{setting}")
+            events = events_of(server, f"tree{setting}", 3)
             server.flush_cache()
         finally:
-            server.stop()
+            if server is not scr_server:
+                server.stop()
         assert server.fatal_lines() == [], server.log_tail()
         assert events[1]["moved"] > 0
         hits[setting] = events[2]["prefix_reused"]
