@@ -22,9 +22,12 @@ from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
 from sglang.srt.mem_cache.radix_cache import RadixKey
 from sglang.srt.mem_cache.unified_cache_components import ComponentType
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+from sglang.srt.distributed.parallel_state import get_tp_group
 from sglang.srt.runtime_context import get_parallel
 
 from exact_cache.rules import snapshot_dump_name
+from patches.tp_rows import all_gather_rows
+from policy.ranks import failed_ranks, own_row
 from serving.request_book import piece_shortfall
 
 BACKEND_NAME = "exact"
@@ -82,6 +85,7 @@ class ExactRadixCache(UnifiedRadixCache):
             return super().cache_unfinished_req(req, chunked=chunked, **kwargs)
         end = len(req.get_fill_ids())
         kind = self.executor.piece_done(req, end)
+        same_on_every_rank(req.rid, end, kind)
         if kind is None:
             # Not a keep point: nothing enters the tree; the request keeps its own KV rows.
             row = self.req_to_token_pool.req_to_token[req.req_pool_idx, :end]
@@ -107,6 +111,14 @@ class ExactRadixCache(UnifiedRadixCache):
             return super().cache_finished_req(req, is_insert=is_insert, **kwargs)
         # Nothing made while decoding is reused, and the tail piece stays private.
         return super().cache_finished_req(req, is_insert=False, **kwargs)
+
+
+def same_on_every_rank(rid: str, end: int, kind: str | None) -> None:
+    """docs/tensor_parallel.md §3: under TP every rank's forward of ``rid`` ends at ``end`` and keeps
+    ``kind`` there, or ``RanksDisagree`` (never contained) stops the server."""
+    if (size := get_parallel().tp_size) > 1:
+        step = f"piece end={end} keep={kind}"
+        failed_ranks(all_gather_rows(own_row(step, rid, False), size, get_tp_group().cpu_group), step, rid)
 
 
 def whole_piece_budget(original, adder, req):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+from functools import partial
 
 import sglang
 import torch
@@ -20,6 +21,7 @@ from serving.request_book import finish_type
 from serving.event_writer import EventWriter
 from patches.executor import aborted_waiting, match_cap
 from patches.scr_tensors import ScrTensors
+from patches.tp_rows import all_gather_rows
 from scr import lines
 from scr.policy import ScrPolicy
 from scr.runner import RequestFacts, Runner
@@ -42,7 +44,7 @@ class ScrRuntime:
         # Port methods SGLang's allocator, the tensors and the event writer have as they are.
         self.alloc, self.free, self.available = self.allocator.alloc, self.allocator.free, self.allocator.available_size
         self.place, self.store_rows, self.write_event = t.place, t.store, getattr(events, "write", None)
-        self.tp_size, self.tp_group = scheduler.ps.tp_size, scheduler.tp_cpu_group
+        self.exchange = partial(all_gather_rows, size=scheduler.ps.tp_size, group=scheduler.tp_cpu_group)
         self.core = Runner(policy, self, logger, leader)
         for line in lines.startup_lines(
                 policy.config, sglang.__version__, os.getpid(), os.environ, bytes_per_token=t.side.bytes_per_token,
@@ -198,13 +200,6 @@ class ScrRuntime:
         return dict(prompt_tokens=prompt, cached_tokens=req.cached_tokens, decode_tokens=len(req.output_ids),
                     cache_salt=req.extra_key, finish_reason=finish_type(req.finished_reason),
                     match_cap=match_cap(req, prompt))
-
-    def exchange(self, row: tuple[int, int]) -> list[tuple[int, int]]:
-        """Every TP rank's row (``scr.ranks``), by rank: an all-gather over the TP CPU group (gloo)."""
-        rows = [torch.tensor(row, dtype=torch.int64) for _ in range(self.tp_size)]
-        if self.tp_size > 1:
-            torch.distributed.all_gather(rows, rows[0].clone(), group=self.tp_group)
-        return [(int(r[0]), int(r[1])) for r in rows]
 
     def decode(self, tokens) -> str:
         try:

@@ -8,7 +8,7 @@ engine reads or changes it. The rules each step asks are ``scr.execution`` and `
 what is printed, ``scr.lines``. An exception inside any step is contained (``contain``): the
 request falls back to a plain read, a line says why, and its event carries the reason. Under tensor
 parallelism each tensor step ends with an exchange between the ranks (``on_every_rank``,
-``scr.ranks``), so a step that fails on one rank ends in the same fallback on all of them.
+``policy.ranks``), so a step that fails on one rank ends in the same fallback on all of them.
 """
 # Spec: docs/scr.md
 
@@ -18,7 +18,8 @@ import time
 from typing import Any, NamedTuple, Protocol, Sequence
 
 from policy.events import RequestEvent
-from scr import lines, ranks
+from policy import ranks
+from scr import lines
 from scr.cursor import Relocation, phase1_step
 from scr.execution import (Counters, RequestState, chunk_admission, evict_amount, evict_floor, new_cursor, plan_gate,
                            relocation_refusal, request_event, snapshot_at_prefill_end, state_at_release)

@@ -1,7 +1,7 @@
 """``--cache-policy scr`` under ``--tp-size 2`` on the CPU path (docs/tensor_parallel.md §4).
 
 Each rank relocates and re-rotates its own KV heads and restores its own share of the recurrent
-state; the ranks exchange one row after each tensor step (``scr/ranks.py``). Checked on one TP 2
+state; the ranks exchange one row after each tensor step (``policy/ranks.py``). Checked on one TP 2
 server against the independent reference (values, as ``test_scr_reference``): three turns of one
 conversation, two conversations at once, and a failure injected on rank 1 only
 (``serving/faults.py`` ``#1``) that must end in the same plain read on both ranks, not a hang.

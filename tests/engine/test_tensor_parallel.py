@@ -24,6 +24,30 @@ pytestmark = pytest.mark.engine
 TP_CASES = ("same_edit_twice", "two_interleaved_conversations", "append")  # cases that reuse something
 
 
+def test_ranks_that_drift_apart_stop_the_server_with_a_named_error(tiny_model_dir, tmp_path):
+    """The check after every prefill forward (docs/tensor_parallel.md §3): rank 1's piece check fails
+    (injected), so it keeps nothing where rank 0 keeps the prompt-end snapshot. The exchange names
+    the step at once, instead of two trees that differ from then on (a hang in the next all-reduce,
+    or a resume one rank cannot serve). First in the module, before the module's TP server starts
+    (two would share 2 cores)."""
+    import time
+
+    server = start_server(tiny_model_dir, tmp_path, "exact_tp2_drift", ["--tp-size", "2", *exact_args(tmp_path)],
+                          env={"CACHE_POLICY_FAULTS": "exact.piece~drift#1@1+"})
+    try:
+        with pytest.raises(Exception):
+            server.post("/generate", {"input_ids": BASE[:100], "rid": "drift.1",
+                                      "sampling_params": {"max_new_tokens": 2, "temperature": 0.0}}, timeout=120)
+        deadline = time.monotonic() + 60
+        while server.process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert server.process.poll() is not None, "the server kept running with ranks that disagree"
+        # The prompt-end snapshot of a 100-token prompt sits at 64 (the last whole piece, B = 64).
+        assert "TP ranks disagree at step piece end=64 keep=prompt_end of rid=drift.1" in server.log_text()
+    finally:
+        server.stop()
+
+
 @pytest.fixture(scope="module")
 def tp_server(tiny_model_dir, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("exact_tp2")

@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from scr import ranks
+from policy import ranks
 from scr.policy import ScrPolicy
 from scr.runner import FALLBACK_LOG, RequestFacts, Runner
 from scr.settings import ScrConfig

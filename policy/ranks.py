@@ -1,21 +1,24 @@
-"""Tensor-parallel ranks kept in step through SCR's tensor steps (``docs/tensor_parallel.md`` §4).
+"""Tensor-parallel ranks kept in step: the row each rank contributes after a step, and what the
+rows of all ranks mean (``docs/tensor_parallel.md`` §3, §4).
 
-Under ``--tp-size N`` every rank runs its own ``Runner`` over its own shard (its KV heads in the
-side buffer, its share of each recurrent state in the shadow). The decisions agree because they are
-pure functions of the same request stream; a *tensor step* (placing rows, restoring or saving a
-recurrent state, storing a turn's rows) can still fail on one rank only. Each such step therefore
-ends with an exchange of one row per rank, ``(failed, digest of step and rid)``:
+Under ``--tp-size N`` every rank runs its own policy over its own shard. Their decisions agree
+because they are pure functions of the same request stream; what can still differ is caught by an
+exchange of one row per rank, ``(failed, digest of step and rid)``, after each step that matters:
 
-* any rank failed -> every rank takes the same fallback (its own error, or ``PeerFailed`` on the
-  others), so prefixes, extend lengths and session tables stay equal on every rank;
-* the digests differ -> the ranks are at different steps or requests: ``RanksDisagree``, which is
+* ``scr``: after each *tensor step* (placing rows, restoring or saving a recurrent state, storing
+  a turn's rows), which can fail on one rank only. Any rank failed -> every rank takes the same
+  fallback (its own error, or ``PeerFailed`` on the others), so prefixes, extend lengths and
+  session tables stay equal on every rank.
+* ``exact``: after each prefill forward, with the forward's end and what is kept there in the
+  step, so two trees that drifted apart are named at once instead of a hang.
+* The digests differ -> the ranks are at different steps or requests: ``RanksDisagree``, which is
   not contained and stops the scheduler with both ranks' views (going on would hang the next
   collective or serve rows one rank does not hold).
 
 With one rank the exchange is the rank's own row, so the same code runs without a collective.
-Standard library only: the rules are unit-tested here, the collective lives in ``patches/``.
+Standard library only: the rules are unit-tested here, the collective lives in ``patches/tp_rows.py``.
 """
-# Spec: docs/tensor_parallel.md §4
+# Spec: docs/tensor_parallel.md §3, §4
 
 from __future__ import annotations
 

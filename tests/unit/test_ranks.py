@@ -1,10 +1,10 @@
-"""scr/ranks.py: the rows TP ranks exchange after each SCR tensor step, and what they mean."""
+"""policy/ranks.py: the rows TP ranks exchange after each SCR tensor step, and what they mean."""
 
 from __future__ import annotations
 
 import pytest
 
-from scr import ranks
+from policy import ranks
 
 
 def test_the_digest_names_the_step_and_the_request():
