@@ -100,9 +100,9 @@ class ServerProcess:
             try:
                 return self._start_once()
             except PortTaken:
+                self.process = None  # stopped: a later start() may try again
                 if not self._port_chosen or attempt == PORT_ATTEMPTS:
                     raise
-                self.process = None
                 self.port = free_port(avoid=frozenset(tried))
         raise AssertionError("unreachable")
 
@@ -125,14 +125,14 @@ class ServerProcess:
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"server exited with {self.process.returncode}:\n{self.log_tail()}")
-            text = self.log_text()
-            if READY_LINE in text:
-                return
-            if BIND_FAILED in text:
+            exited, text = self.process.poll() is not None, self.log_text()
+            if BIND_FAILED in text:  # whether uvicorn's exit ended the launcher or it hangs
                 self.stop()
                 raise PortTaken(f"port {self.port} was taken before the server bound it:\n{self.log_tail()}")
+            if exited:
+                raise RuntimeError(f"server exited with {self.process.returncode}:\n{self.log_tail()}")
+            if READY_LINE in text:
+                return
             time.sleep(0.5)
         self.stop()
         raise TimeoutError(f"server not ready after {self.startup_timeout:.0f}s:\n{self.log_tail()}")

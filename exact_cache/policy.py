@@ -46,8 +46,13 @@ class ExactPolicy(PolicyDefaults):
         return settings
 
     def startup_problems(self, settings, env, on_cuda: bool) -> list[str]:
-        """Settings of the resolved server that would break bit-identity (the launcher refuses them)."""
-        return invariance_problems(settings, env, on_cuda, self.config.piece_tokens)
+        """Settings of the resolved server that would break bit-identity or the ranks' agreement check
+        (the launcher refuses them)."""
+        problems = invariance_problems(settings, env, on_cuda, self.config.piece_tokens)
+        if settings.get("enable_dp_attention"):
+            problems.append("--enable-dp-attention: the ranks of one TP group would serve different requests, and "
+                            "exact checks its ranks per TP group (unsupported; see docs/tensor_parallel.md)")
+        return problems
 
     def snapshot_budget(self) -> int:
         """``max_snapshots``: the snapshot budget in Mamba-pool slots (0: SGLang's pool sizing)."""

@@ -12,13 +12,11 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import time
 
 from policy import registry
-from policy.events import startup_record
 from serving import launch_args, refusals
+from serving.event_writer import write_startup_record
 from serving.launch_args import LaunchError, add_server_defaults, apply_server_settings, snapshot_settings
-from serving.versions import recorded_versions
 
 logger = logging.getLogger("patches.launch_server")
 
@@ -66,7 +64,7 @@ def main(argv: list[str] | None = None) -> None:
 
     forced.enable(server_args)
     _refuse_unsafe_settings(spec, server_args)
-    write_startup_record(spec, sglang_argv)
+    write_startup_record(spec.events_path, spec.policy, spec.config, sglang_argv)
     refusal = refusals.open_channel()
     try:
         run_server(server_args)
@@ -77,16 +75,6 @@ def main(argv: list[str] | None = None) -> None:
         kill_process_tree(os.getpid(), include_parent=False)
         if os.path.exists(refusal):
             os.unlink(refusal)
-
-
-def write_startup_record(spec: registry.PolicySpec, sglang_argv: list[str]) -> None:
-    """With ``--cache-events``, append this start's record (``policy/events.py``) to the file."""
-    if spec.events_path is None:
-        return
-    from serving.event_writer import write_startup
-
-    record = startup_record(spec.policy, spec.config, recorded_versions(), sglang_argv, os.getpid(), time.time())
-    write_startup(spec.events_path, record)
 
 
 def _pass_trace_path(argv: list[str]) -> None:

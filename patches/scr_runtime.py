@@ -170,23 +170,29 @@ class ScrRuntime:
 
         self.scheduler.tree_cache.evict(EvictParams(num_tokens=tokens))
 
-    def restore_state(self, req, side_slot: int, sid: str) -> None:
-        """§9.4 (fork): overwrite the request's state with the previous prompt's saved state."""
-        # Nothing staged may overwrite the restored state at the next forward (spec §9.6); what was
-        # staged (a copy-on-write from the matched node, or a clear) comes back if the restore fails.
-        staged = (req.mamba_cow_src_index, req.mamba_needs_clear)
-        req.mamba_cow_src_index, req.mamba_needs_clear = None, False
+    def restore_state(self, req, side_slot: int, sid: str):
+        """§9.4 (fork): overwrite the request's state with the previous prompt's saved state. Returns
+        its own state and what was staged (a copy-on-write from the matched node, or a clear, which
+        must not overwrite the restored state at the next forward: spec §9.6), for ``undo_restore``."""
         index, trace = int(req.mamba_pool_idx), self.policy.config.trace
+        kept = (index, self.tensors.shadow.own(index), req.mamba_cow_src_index, req.mamba_needs_clear)
+        req.mamba_cow_src_index, req.mamba_needs_clear = None, False
         before = self.tensors.state_sum(index) if trace else 0.0
         try:
             self.tensors.shadow.restore(side_slot, index)
         except Exception:
-            req.mamba_cow_src_index, req.mamba_needs_clear = staged
+            self.undo_restore(req, kept)
             raise
         if trace:  # the checksums read the state back (a device sync on GPU): only when traced
             self.core.trace("ssm_restore", rid=req.rid, slot=side_slot, midx=index, sid=sid, before=round(before, 3),
                             shadow=round(self.tensors.state_sum(slot=side_slot), 3),
                             after=round(self.tensors.state_sum(index), 3))
+        return kept
+
+    def undo_restore(self, req, kept) -> None:
+        """The request's own state and staged copy back, as ``restore_state`` found them."""
+        index, own, req.mamba_cow_src_index, req.mamba_needs_clear = kept
+        self.tensors.shadow.put_back(index, own)
 
     def save_state(self, req, side_slot: int) -> int:
         index = int(req.mamba_pool_idx)

@@ -67,19 +67,18 @@ class StateShadow:
         for shadow, live in zip(self.parts, self._live()):
             shadow[:, slot] = live[:, state_index]
 
+    def own(self, state_index: int) -> list[torch.Tensor]:
+        """A copy of state slot ``state_index`` as it is now (``put_back`` writes it back)."""
+        return [t[:, state_index].clone() for t in self._live()]
+
     def restore(self, slot: int, state_index: int) -> None:
-        """§9.4 (fork): the shadow row of ``slot`` overwrites state slot ``state_index``. The slot's
-        own state is kept aside first and put back if the copy fails half-way, so a fallback (a
-        plain read from the stop) starts from the state phase 1 left."""
-        live_parts = self._live()
-        own = [t[:, state_index].clone() for t in live_parts]
-        try:
-            for shadow, live in zip(self.parts, live_parts):
-                live[:, state_index] = shadow[:, slot]
-        except Exception:
-            for live, saved in zip(live_parts, own):
-                live[:, state_index] = saved
-            raise
+        """§9.4 (fork): the shadow row of ``slot`` overwrites state slot ``state_index``."""
+        for shadow, live in zip(self.parts, self._live()):
+            live[:, state_index] = shadow[:, slot]
+
+    def put_back(self, state_index: int, own: list[torch.Tensor]) -> None:
+        for live, saved in zip(self._live(), own):
+            live[:, state_index] = saved
 
 
 class ScrTensors:

@@ -36,6 +36,10 @@ class RanksDisagree(RuntimeError):
     """The ranks reached different tensor steps: their decisions diverged. Never contained."""
 
 
+class ExchangeFailed(RanksDisagree):
+    """The exchange itself failed (a peer died, a timeout): the ranks can no longer be kept in step."""
+
+
 def step_digest(step: str, rid: str) -> int:
     """A 56-bit digest of (step, rid), equal on every rank that is at the same step of one request."""
     return int.from_bytes(hashlib.blake2b(repr((step, rid)).encode(), digest_size=DIGEST_BYTES).digest(), "big")

@@ -15,6 +15,7 @@ parallelism each tensor step ends with an exchange between the ranks (``on_every
 from __future__ import annotations
 
 import time
+from functools import partial
 from typing import Any, NamedTuple, Protocol, Sequence
 
 from policy.events import RequestEvent
@@ -66,7 +67,8 @@ class Engine(Protocol):
     def evictable(self) -> int: ...
     def evict(self, tokens: int) -> None: ...
     def place(self, side_slot: int, old_start: int, new_start: int, slots, rerotate: bool) -> None: ...
-    def restore_state(self, req, side_slot: int, sid: str) -> None: ...
+    def restore_state(self, req, side_slot: int, sid: str) -> Any: ...  # returns what undo_restore needs
+    def undo_restore(self, req, kept) -> None: ...  # the state and staged copy restore_state found
     def save_state(self, req, side_slot: int) -> int: ...  # returns the state slot copied
     def store_rows(self, side_slot: int, pool_row, kv_len: int, keep: int, end: int) -> None: ...
     def event_facts(self, req) -> dict | None: ...  # None: no events file
@@ -121,20 +123,27 @@ class Runner:
                 self.logger.error(FALLBACK_LOG, rid, step, "plain_read", state.fallback)
             return None
 
-    def on_every_rank(self, step: str, rid: str, fn, *args):
+    def on_every_rank(self, step: str, rid: str, fn, *args, undo=None):
         """One tensor step on this rank's shard (``scr.<step>`` is its fault-injection point), then
         the ranks' exchange: every rank learns whether any rank failed the step, and all raise (their
-        own error, or ``PeerFailed``) so they take the same fallback. One rank: no collective."""
-        error = None
+        own error, or ``PeerFailed`` after ``undo(result)`` of the step that succeeded here) so they
+        take the same fallback. One rank: no collective. An exchange that fails is not contained."""
+        error = result = None
         try:
             faults.check(f"scr.{step}", rid)
             result = fn(*args)
         except Exception as exc:  # noqa: BLE001 - raised below, once every rank knows
             error = exc
-        failed = ranks.failed_ranks(self.engine.exchange(ranks.own_row(step, rid, error is not None)), step, rid)
+        try:
+            rows = self.engine.exchange(ranks.own_row(step, rid, error is not None))
+        except Exception as exc:
+            raise ranks.ExchangeFailed(f"TP exchange at step {step} of rid={rid} failed: {exc}") from exc
+        failed = ranks.failed_ranks(rows, step, rid)
         if error is not None:
             raise error
         if failed:
+            if undo is not None:
+                undo(result)
             raise ranks.peer_failure(step, failed)
         return result
 
@@ -261,8 +270,8 @@ class Runner:
         ``direct``: on the waiting queue, before admission (undone if the request is not admitted
         this round). Copies and the restore come before the slots are attached, so a failure leaves
         the request exactly as phase 1 left it (a plain read of the rest is exact). The restore's
-        checks run with the row copy, before any rank overwrites its state; only a failure inside
-        the state copy itself leaves the other ranks' states restored."""
+        checks run with the row copy, before any rank overwrites its state; a state copy that fails
+        on another rank is undone here, so every rank reads the rest from its own state."""
         block, prefix, slot = relocation.block, facts.prefix_len, state.outcome.side_slot
         n, full_len = block.num_rows, facts.full_len
         reason = relocation_refusal(n, slot, full_len, prefix, relocation.arm_restore,
@@ -281,7 +290,8 @@ class Runner:
             self.on_every_rank("place_rows", state.rid, self._place, state, slot, block.old_start, prefix, slots,
                                relocation.arm_restore)
             if relocation.arm_restore:
-                self.on_every_rank("restore_copy", state.rid, self.engine.restore_state, req, slot, state.sid)
+                self.on_every_rank("restore_copy", state.rid, self.engine.restore_state, req, slot, state.sid,
+                                   undo=partial(self.engine.undo_restore, req))
         except Exception as exc:
             self.logger.error("[kvreuse] v6 splice failed (%s); freeing %d slots", exc, n)
             self.engine.free(slots)

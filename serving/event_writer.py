@@ -7,8 +7,12 @@ descriptor), so lines from several processes never interleave.
 
 from __future__ import annotations
 
+import os
+import time
+
+from policy.events import RequestEvent, startup_record
 from serving.jsonl_append import JsonlAppender
-from policy.events import RequestEvent
+from serving.versions import recorded_versions
 
 
 class EventWriter(JsonlAppender):
@@ -23,3 +27,10 @@ def write_startup(path: str, record: dict) -> None:
         writer.append(record)
     finally:
         writer.close()
+
+
+def write_startup_record(events_path: str | None, policy: str, config: dict, sglang_argv: list[str]) -> None:
+    """The launcher's start: with ``--cache-events``, append this start's record to the file."""
+    if events_path is not None:
+        record = startup_record(policy, config, recorded_versions(), sglang_argv, os.getpid(), time.time())
+        write_startup(events_path, record)

@@ -5,7 +5,9 @@ makes ``check("scr.restore_state", rid)`` raise ``InjectedFault`` on its first c
 ``check("scr.side_store", rid)`` on the second and every later call whose ``rid`` starts with
 ``conv-b`` (``~`` filters by key prefix; ``+`` repeats). ``#R`` limits an item to tensor-parallel
 rank R (``scr.place_rows#1@1``: the first copy fails on rank 1 only; the rank is set by the
-scheduler's start-up hook, 0 until then). Unset (the default), a check is one dict lookup. The steps are named where ``check`` is called (``grep faults.check``: the
+scheduler's start-up hook, 0 until then). Use ``#R`` only on steps the ranks exchange about
+(scr's tensor steps, ``exact.piece``): elsewhere one rank's failure leaves the ranks at different
+collectives, a hang (docs/tensor_parallel.md §4). Unset (the default), a check is one dict lookup. The steps are named where ``check`` is called (``grep faults.check``: the
 executors in ``patches/``); the engine tests use this to show that a failing step ends one
 request, never the server. Standard library only, so the executors' pure tests use it too.
 """
@@ -39,7 +41,7 @@ def parse(text: str) -> dict[str, list[tuple[str, int, bool, int | None]]]:
 
 
 _PLAN = parse(os.environ.get(ENV, ""))
-_CALLS: dict[tuple[str, str], int] = {}
+_CALLS: dict[tuple[str, int], int] = {}  # (step, index of the item in its step's list) -> calls counted
 _RANK = [0]  # this process's tensor-parallel rank
 
 
@@ -51,9 +53,9 @@ def set_rank(rank: int) -> None:
 def check(step: str, key: str = "") -> None:
     """Raise ``InjectedFault`` if this call of ``step`` (for ``key``, e.g. a rid) is one the
     environment asked to fail."""
-    for prefix, number, repeat, rank in _PLAN.get(step, ()):
+    for item, (prefix, number, repeat, rank) in enumerate(_PLAN.get(step, ())):
         if not key.startswith(prefix) or (rank is not None and rank != _RANK[0]):
             continue
-        _CALLS[step, prefix] = count = _CALLS.get((step, prefix), 0) + 1
+        _CALLS[step, item] = count = _CALLS.get((step, item), 0) + 1
         if count == number or (repeat and count > number):
             raise InjectedFault(f"injected fault in {step} for {key or '-'} (call {count})")

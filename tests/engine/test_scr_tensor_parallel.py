@@ -24,6 +24,7 @@ pytestmark = pytest.mark.engine
 
 SCR_FAULTS = ",".join([
     "scr.place_rows~tp-place#1@1",  # rank 1's row copy fails, rank 0's succeeds
+    "scr.restore_copy~tp-restore#1@1",  # rank 1's state copy fails, rank 0's succeeds (and is undone)
     "scr.side_store~tp-store#1@1",  # rank 1's side store at turn 1's release fails
 ])
 
@@ -85,18 +86,20 @@ def test_scr_two_conversations_at_once_under_tp2(scr_tp, ref):
         scr_ref.check(two, conversation.serve(second, two["output_ids"], blocks), f"tp2: {salt} two blocks")
 
 
-def test_scr_a_copy_failing_on_rank_1_only_ends_in_one_plain_read(scr_tp, ref):
-    """Rank 1's row copy fails, rank 0's succeeds: both give the slots back and read the rest
-    (a hang or a mixed read otherwise). The answer is the cold read; both ranks log the fallback."""
-    first, second = scr_ref.edited(171, [(1400, 1600)])
-    scr_ref.ask(scr_tp, first, "tp-place.1")
-    two = scr_ref.ask(scr_tp, second, "tp-place.2")
-    event = wait_for_events(scr_tp.events_path, ["tp-place.2"])["tp-place.2"]
-    assert event["moved"] == 0 and event["fallback"] == "round: PeerFailed: place_rows failed on TP rank(s) 1"
-    scr_ref.check(two, cold(ref, second, two["output_ids"]), "tp2: rank-1 copy fault -> plain read")
-    fallbacks = rank_lines(scr_tp, "scr fallback: rid=tp-place.2 step=round outcome=plain_read")
+@pytest.mark.parametrize("tag, step, seed", [("tp-place", "place_rows", 171), ("tp-restore", "restore_copy", 191)])
+def test_scr_a_copy_failing_on_rank_1_only_ends_in_one_plain_read(scr_tp, ref, tag, step, seed):
+    """Rank 1's row copy (or state copy) fails, rank 0's succeeds: both give the slots back, rank 0
+    puts back the state it had overwritten, and both read the rest (a hang or a mixed read
+    otherwise). The answer is the cold read; both ranks log the fallback."""
+    first, second = scr_ref.edited(seed, [(1400, 1600)])
+    scr_ref.ask(scr_tp, first, f"{tag}.1")
+    two = scr_ref.ask(scr_tp, second, f"{tag}.2")
+    event = wait_for_events(scr_tp.events_path, [f"{tag}.2"])[f"{tag}.2"]
+    assert event["moved"] == 0 and event["fallback"] == f"round: PeerFailed: {step} failed on TP rank(s) 1"
+    scr_ref.check(two, cold(ref, second, two["output_ids"]), f"tp2: rank-1 {step} fault -> plain read")
+    fallbacks = rank_lines(scr_tp, f"scr fallback: rid={tag}.2 step=round outcome=plain_read")
     assert len(fallbacks) == 2 and sum("InjectedFault" in line for line in fallbacks) == 1, fallbacks
-    assert len(scr_ref.ask(scr_tp, prompt_ids(7, 64), "tp-place.after")["output_ids"]) == scr_ref.TOKENS
+    assert len(scr_ref.ask(scr_tp, prompt_ids(7, 64), f"{tag}.after")["output_ids"]) == scr_ref.TOKENS
 
 
 def test_scr_a_side_store_failing_on_rank_1_only_drops_the_session_on_both(scr_tp, ref):
@@ -106,6 +109,8 @@ def test_scr_a_side_store_failing_on_rank_1_only_drops_the_session_on_both(scr_t
     scr_ref.ask(scr_tp, first, "tp-store.1")
     assert wait_for_events(scr_tp.events_path, ["tp-store.1"])["tp-store.1"]["fallback"] == (
         "store: PeerFailed: side_store failed on TP rank(s) 1")
+    fallbacks = rank_lines(scr_tp, "scr fallback: rid=tp-store.1 step=store outcome=plain_read")
+    assert len(fallbacks) == 2 and sum("InjectedFault" in line for line in fallbacks) == 1, fallbacks
     two = scr_ref.ask(scr_tp, second, "tp-store.2")
     assert wait_for_events(scr_tp.events_path, ["tp-store.2"])["tp-store.2"]["moved"] == 0
     assert not scr_ref.relocations(scr_tp, "tp-store.2")

@@ -70,3 +70,15 @@ def test_invariance_problems(changes, env, on_cuda, expected):
 )
 def test_deterministic_triton_truncation_grid(env, piece, expected):
     assert invariance_problems(SAFE_GPU, env, True, piece_tokens=piece) == expected
+
+
+@pytest.mark.parametrize("changes, refused", [({}, False), ({"tp_size": 2}, False),
+                                              ({"tp_size": 2, "enable_dp_attention": True}, True)])
+def test_the_policy_refuses_dp_attention_but_not_tensor_parallelism(changes, refused):
+    """TP ranks check they agree after every forward (docs/tensor_parallel.md §3); with dp-attention
+    the ranks of one TP group serve different requests, so that check cannot hold."""
+    from exact_cache.config import ExactConfig
+    from exact_cache.policy import ExactPolicy
+
+    problems = ExactPolicy(ExactConfig(piece_tokens=832)).startup_problems({**SAFE_GPU, **changes}, {}, True)
+    assert sum(p.startswith("--enable-dp-attention: the ranks of one TP group") for p in problems) == refused

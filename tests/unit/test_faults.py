@@ -55,4 +55,18 @@ def test_a_rank_item_fires_on_that_rank_only(plan, rank, fires):
     else:
         faults.check("s", "r")
         faults.check("s", "r")  # and the other rank's calls do not count here
-    assert faults._CALLS == ({("s", ""): 1} if fires else {})
+    assert faults._CALLS == ({("s", 0): 1} if fires else {})
+
+
+def test_items_of_one_step_count_their_own_calls(plan):
+    """``s@2,s#1@1``: on rank 1 the second item fires on the first call and the first item on the
+    second call. Each item counts the calls that reach it (a firing item ends the call), never
+    another item's."""
+    plan("s@2,s#1@1")
+    faults.set_rank(1)
+    with pytest.raises(faults.InjectedFault, match="call 1"):
+        faults.check("s", "r")
+    with pytest.raises(faults.InjectedFault, match="call 2"):
+        faults.check("s", "r")
+    faults.check("s", "r")
+    assert faults._CALLS == {("s", 0): 3, ("s", 1): 2}

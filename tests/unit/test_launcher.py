@@ -221,13 +221,13 @@ def test_help_sglang_execs_sglangs_own_help(monkeypatch):
     ],
 )
 def test_startup_record_is_appended_before_the_events(tmp_path, argv, policy, settings):
-    from patches.launch_server import write_startup_record
     from policy.events import read_events, read_startups
+    from serving.event_writer import write_startup_record
 
     events = tmp_path / "events.jsonl"
     spec, sglang_argv = parse([*argv, "--cache-events", str(events)])
-    write_startup_record(spec, sglang_argv)
-    write_startup_record(spec, sglang_argv)  # a restart appends a second record
+    write_startup_record(spec.events_path, spec.policy, spec.config, sglang_argv)
+    write_startup_record(spec.events_path, spec.policy, spec.config, sglang_argv)  # a restart appends a second
     first, second = read_startups(str(events))
     assert first["record"] == "startup" and first["policy"] == policy and first["settings"] == settings
     assert first["server_args"] == sglang_argv and first["pid"] == os.getpid() and second["ts"] >= first["ts"]
@@ -237,10 +237,11 @@ def test_startup_record_is_appended_before_the_events(tmp_path, argv, policy, se
 
 
 def test_no_startup_record_without_an_events_file(tmp_path, monkeypatch):
-    from patches.launch_server import write_startup_record
+    from serving.event_writer import write_startup_record
 
     monkeypatch.chdir(tmp_path)
-    write_startup_record(*parse(["--model-path", "m"]))
+    spec, sglang_argv = parse(["--model-path", "m"])
+    write_startup_record(spec.events_path, spec.policy, spec.config, sglang_argv)
     assert list(tmp_path.iterdir()) == []
 
 

@@ -48,6 +48,7 @@ class Engine:
         self.peer_fails: set[tuple[str, str]] = set()
         self.peer_elsewhere = False
         self.exchanged: list[tuple[int, int]] = []
+        self.exchange_error: Exception | None = None  # the collective itself fails
 
     def facts(self, req):
         return RequestFacts(req.prompt, req.prefix, len(req.prompt) + len(req.output), req.extend_end,
@@ -103,6 +104,10 @@ class Engine:
 
     def restore_state(self, req, side_slot, sid):
         self.calls.append(("restore_state", side_slot, sid))
+        return ("kept", req.rid)
+
+    def undo_restore(self, req, kept):
+        self.calls.append(("undo_restore", kept))
 
     def save_state(self, req, side_slot):
         self.calls.append(("save_state", side_slot))
@@ -124,6 +129,8 @@ class Engine:
     def exchange(self, row):
         """One rank (no peer configured), or this rank and a peer whose row the test decides."""
         self.exchanged.append(row)
+        if self.exchange_error is not None:
+            raise self.exchange_error
         if not self.peer_fails and not self.peer_elsewhere:
             return [row]
         fails = any(row[1] == ranks.step_digest(step, rid) for step, rid in self.peer_fails)
@@ -291,8 +298,9 @@ def test_one_rank_exchanges_its_own_row_at_every_tensor_step():
 
 @pytest.mark.parametrize("step", ["place_rows", "restore_copy"])
 def test_a_relocation_step_failing_on_the_other_rank_ends_in_the_same_plain_read(step):
-    """This rank copied (and maybe restored) fine; the peer failed: the slots go back, nothing is
-    attached, the rest is read (as on the failing rank), the reason names the rank."""
+    """This rank copied (and maybe restored) fine; the peer failed: the slots go back, a restore
+    made here is undone (the state and staged copy it found come back), nothing is attached, the
+    rest is read (as on the failing rank), the reason names the rank."""
     run = runner()
     req = second_turn(run)
     run.after_admission(req, req.rid, admitted=True, in_phase1=True, chunk_free=True)
@@ -303,8 +311,10 @@ def test_a_relocation_step_failing_on_the_other_rank_ends_in_the_same_plain_read
     assert run.engine.free_slots == free and (req.prefix, req.cut_at, req.in_tree) == (1500, None, True)
     assert (state.cursor, state.moved, state.blocks) == (None, 0, 0)
     assert state.fallback == f"round: PeerFailed: {step} failed on TP rank(s) 1"
-    restored = ("restore_state", 0, "s000001") in run.engine.calls
-    assert restored == (step == "restore_copy")  # a restore runs only after every rank placed its rows
+    restore = [call for call in run.engine.calls if call[0] in ("restore_state", "undo_restore")]
+    # A restore runs only after every rank placed its rows, and is undone when a peer's failed.
+    assert restore == ([("restore_state", 0, "s000001"), ("undo_restore", ("kept", "a.2"))]
+                       if step == "restore_copy" else [])
 
 
 def session_fields(run):
@@ -343,3 +353,33 @@ def test_ranks_at_different_steps_stop_the_scheduler():
     req.prefix = 3000
     with pytest.raises(ranks.RanksDisagree, match="step save_state of rid=a.1: rank"):
         run.after_prefill(req, req.rid)
+
+
+def relocation_round(run):
+    """Turn 2 admitted in phase 1 and read to its stop: the next pass relocates."""
+    req = second_turn(run)
+    run.after_admission(req, req.rid, admitted=True, in_phase1=True, chunk_free=True)
+    req.prefix = 1500
+    return req
+
+
+def test_ranks_at_different_steps_of_a_relocation_stop_the_scheduler():
+    run = runner()
+    req = relocation_round(run)
+    run.engine.peer_elsewhere = True
+    with pytest.raises(ranks.RanksDisagree, match="step place_rows of rid=a.2"):
+        run.after_round(req, req.rid, waiting_queue=False, chunk_busy=False)
+
+
+def test_a_failing_exchange_is_not_contained():
+    """A dead peer or a timeout in the collective: no fallback can keep the ranks in step."""
+    run = runner()
+    req = Req("a.1", DOC)
+    run.admit(req, req.rid, tuple(DOC), None)
+    req.prefix = 3000
+    run.engine.exchange_error = RuntimeError("gloo: connection closed by peer")
+    with pytest.raises(ranks.ExchangeFailed, match="exchange at step save_state of rid=a.1 failed: gloo"):
+        run.after_prefill(req, req.rid)
+    req.output, req.finished = [7, 8], True
+    with pytest.raises(ranks.ExchangeFailed, match="step side_store of rid=a.1"):
+        run.release(req, req.rid, True)

@@ -28,15 +28,39 @@ def test_free_port_is_bindable_and_below_the_ephemeral_range():
             s.bind(("127.0.0.1", port))
 
 
-def test_free_port_skips_a_taken_port(monkeypatch):
+class Draws:
+    """A random source whose ``randint`` answers the given ports in turn."""
+
+    def __init__(self, *ports):
+        self.ports = list(ports)
+
+    def randint(self, low, high):
+        port = self.ports.pop(0)
+        assert low <= port <= high
+        return port
+
+
+def test_free_port_skips_taken_and_avoided_ports(monkeypatch):
+    with socket.socket() as taken, socket.socket() as spare:
+        taken.bind(("127.0.0.1", 0))
+        spare.bind(("127.0.0.1", 0))
+        busy, avoided = taken.getsockname()[1], spare.getsockname()[1]
+        spare.close()  # free again, but the caller has tried it before
+        free = free_port()  # a third port, free now
+        ports = sorted((busy, avoided, free))
+        monkeypatch.setattr(server, "ephemeral_range", lambda: (ports[-1] + 1, 65535))
+        monkeypatch.setattr(server, "LOWEST_PORT", ports[0])
+        assert free_port(Draws(busy, avoided, free), avoid=frozenset({avoided})) == free
+
+
+def test_free_port_gives_up_when_nothing_is_free(monkeypatch):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         busy = taken.getsockname()[1]
         monkeypatch.setattr(server, "ephemeral_range", lambda: (busy + 1, 65535))
         monkeypatch.setattr(server, "LOWEST_PORT", busy - 1)
-        # the range holds two ports, busy-1 and busy: whatever is drawn, the answer is the free one
-        for seed in range(10):
-            assert free_port(random.Random(seed)) == busy - 1
+        with pytest.raises(RuntimeError, match=f"no free loopback port found in {busy - 1}-{busy}"):
+            free_port(Draws(*[busy] * 200))
 
 
 def test_ephemeral_range_falls_back_when_unreadable(monkeypatch, tmp_path):
@@ -64,6 +88,23 @@ def test_bind_error_in_the_log_ends_the_wait_and_the_process(tmp_path):
         proc._wait_ready()
     assert time.monotonic() - started < 10
     assert proc.process.poll() is not None  # killed, not left hanging
+
+
+def test_bind_error_then_exit_is_a_taken_port_too(tmp_path):
+    """uvicorn may also exit after the bind error (and the launcher with it): still a retry."""
+    proc = hanging_process(tmp_path, f"[t] ERROR:    [Errno 98] {BIND_FAILED} ('127.0.0.1', 1): address already in use\n")
+    proc.process.kill()
+    proc.process.wait()
+    with pytest.raises(PortTaken):
+        proc._wait_ready()
+
+
+def test_an_exit_without_the_bind_error_is_not_retried(tmp_path):
+    proc = hanging_process(tmp_path, "[t] Traceback (most recent call last):\n")
+    proc.process.kill()
+    proc.process.wait()
+    with pytest.raises(RuntimeError, match="server exited with"):
+        proc._wait_ready()
 
 
 def test_ready_line_returns(tmp_path):
@@ -114,7 +155,7 @@ def test_a_port_the_caller_gave_is_not_changed(tmp_path, monkeypatch):
     monkeypatch.setattr(proc, "_start_once", attempts)
     with pytest.raises(PortTaken):
         proc.start()
-    assert attempts.ports == [12345]
+    assert attempts.ports == [12345] and proc.process is None  # stopped, may be started again
 
 
 # ---------------------------------------------------------------- reading the events files
