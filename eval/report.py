@@ -51,10 +51,15 @@ def read_client(path: Path) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
+def path_list(paths: Path | Sequence[Path] | None) -> list:
+    """``--events`` as given (one path, several, or none) as a list."""
+    return [] if paths is None else [paths] if isinstance(paths, (str, Path)) else list(paths)
+
+
 def merged_events(paths: Path | Sequence[Path]) -> list:
     """The request events of one events file, or of several (one per worker behind a router),
     merged in finishing order. A rid in two files is a ``ValueError``: a call is served once."""
-    paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    paths = path_list(paths)
     events, seen = [], {}
     for path in paths:
         for event in read_events(str(path)):
@@ -71,8 +76,7 @@ def startup_checks(events_paths: Path | Sequence[Path] | None, policy: str | Non
     policy or settings (several files: one cluster must run one configuration)."""
     from eval.bcp.startup import last_startup, startup_mismatches
 
-    paths = [] if events_paths is None else [events_paths] if isinstance(events_paths, (str, Path)) else list(events_paths)
-    records = {str(path): last_startup(path) for path in paths}
+    records = {str(path): last_startup(path) for path in path_list(events_paths)}
     failures = [f"S1 {path}: {problem}" for path, record in records.items() if record is not None and policy
                 for problem in startup_mismatches(record, policy, {})]
     configs = {json.dumps([r.get("policy"), r.get("settings")], sort_keys=True) for r in records.values() if r}

@@ -14,9 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from eval.server import output_record, wait_for_events
-from tests.engine.conftest import start_server
 from tests.engine.prompts import prompt_ids
-from tests.engine.test_scr_reference import SCR_ARGS, check, edited
+from tests.engine.test_scr_reference import assert_only_contained_failures, check, edited, start_scr
 from tests.reference.hybrid_reference import Reference
 from tests.reference.scr_reference import cold
 
@@ -37,15 +36,11 @@ def ref(tiny_model_dir):
 
 @pytest.fixture(scope="module")
 def server(tiny_model_dir, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("scr_faults")
-    server = start_server(tiny_model_dir, tmp, "scr_faults", [*SCR_ARGS, "--cache-events", str(tmp / "events.jsonl")],
-                          env={"CACHE_POLICY_FAULTS": FAULTS, "SGLANG_TEST_RETRACT": "1"})
-    server.events_path = tmp / "events.jsonl"
+    server = start_scr(tiny_model_dir, tmp_path_factory, "scr_faults",
+                       env={"CACHE_POLICY_FAULTS": FAULTS, "SGLANG_TEST_RETRACT": "1"})
     yield server
     server.stop()
-    # Containment logs each failure's traceback; anything else fatal (a leak, a dead scheduler) fails.
-    fatal = [line for line in server.fatal_lines() if "Traceback" not in line]
-    assert fatal == [] and "Scheduler hit an exception" not in server.log_text(), server.log_tail()
+    assert_only_contained_failures(server)
 
 
 def ask(server, tokens, rid, max_new_tokens=8):

@@ -41,16 +41,26 @@ def ref(tiny_model_dir):
     return Reference(tiny_model_dir)
 
 
-def _start(tiny_model_dir, tmp_path_factory, name, extra=()):
+def start_scr(tiny_model_dir, tmp_path_factory, name, extra=(), env=None):
+    """A scr test server (``SCR_ARGS`` and ``extra``), its events file at ``server.events_path``."""
     tmp = tmp_path_factory.mktemp(name)
-    server = start_server(tiny_model_dir, tmp, name, [*SCR_ARGS, *extra, "--cache-events", str(tmp / "events.jsonl")])
+    server = start_server(tiny_model_dir, tmp, name, [*SCR_ARGS, *extra, "--cache-events", str(tmp / "events.jsonl")],
+                          env=env)
     server.events_path = tmp / "events.jsonl"
     return server
 
 
+def assert_only_contained_failures(server):
+    """Teardown of a server with injected faults: containment logs each failure's traceback;
+    anything else fatal (a leak, a dead scheduler or rank, a broken invariant) fails."""
+    assert [line for line in server.fatal_lines() if "Traceback" not in line] == [], server.log_tail()
+    text = server.log_text()
+    assert "Scheduler hit an exception" not in text and "invariant check failed" not in text, server.log_tail()
+
+
 @pytest.fixture(scope="module")
 def server(tiny_model_dir, tmp_path_factory):
-    server = _start(tiny_model_dir, tmp_path_factory, "scr_ref")
+    server = start_scr(tiny_model_dir, tmp_path_factory, "scr_ref")
     yield server
     server.stop()
     assert server.fatal_lines() == [], server.log_tail()
@@ -289,7 +299,7 @@ def test_a_queue_splice_in_a_round_a_phase1_request_owns(server, ref):
 
 @pytest.fixture(scope="module")
 def tree_server(tiny_model_dir, tmp_path_factory):
-    server = _start(tiny_model_dir, tmp_path_factory, "scr_ref_tree", ["--cache-policy-set", "relocated_in_tree=1"])
+    server = start_scr(tiny_model_dir, tmp_path_factory, "scr_ref_tree", ["--cache-policy-set", "relocated_in_tree=1"])
     yield server
     server.stop()
     assert server.fatal_lines() == [], server.log_tail()

@@ -15,7 +15,6 @@ import pytest
 
 from eval.server import wait_for_events
 from tests.engine import test_scr_reference as scr_ref
-from tests.engine.conftest import start_server
 from tests.engine.prompts import prompt_ids
 from tests.reference.hybrid_reference import Reference
 from tests.reference.scr_reference import Conversation, cold
@@ -36,17 +35,11 @@ def ref(tiny_model_dir):
 
 @pytest.fixture(scope="module")
 def scr_tp(tiny_model_dir, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("scr_tp2")
-    server = start_server(tiny_model_dir, tmp, "scr_tp2", ["--tp-size", "2", *scr_ref.SCR_ARGS, "--cache-events",
-                                                           str(tmp / "events.jsonl")],
-                          env={"CACHE_POLICY_FAULTS": SCR_FAULTS})
-    server.events_path = tmp / "events.jsonl"
+    server = scr_ref.start_scr(tiny_model_dir, tmp_path_factory, "scr_tp2", ["--tp-size", "2"],
+                               env={"CACHE_POLICY_FAULTS": SCR_FAULTS})
     yield server
     server.stop()
-    # Contained failures log their tracebacks; anything else fatal (a leak, a dead rank) fails.
-    assert [line for line in server.fatal_lines() if "Traceback" not in line] == [], server.log_tail()
-    text = server.log_text()
-    assert "Scheduler hit an exception" not in text and "invariant check failed" not in text, server.log_tail()
+    scr_ref.assert_only_contained_failures(server)
 
 
 def rank_lines(server, text: str) -> list[str]:
