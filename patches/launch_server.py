@@ -63,6 +63,11 @@ def main(argv: list[str] | None = None) -> None:
     from patches import forced  # forced decoding needs SGLang's logit processors, without a flag
 
     forced.enable(server_args)
+    from sglang.srt.entrypoints.http_server import app
+
+    from patches import validation  # the body schemas, served for clients that fuzz them
+
+    validation.serve_schema(app)
     _refuse_unsafe_settings(spec, server_args)
     write_startup_record(spec.events_path, spec.policy, spec.config, sglang_argv)
     refusal = refusals.open_channel()

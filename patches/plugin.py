@@ -57,6 +57,9 @@ def install() -> None:
         raise fail(str(exc)) from None
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
+    from patches import log_guard  # one record, one line: no request field starts a log line
+
+    log_guard.install()
     registered: list[str] = []
 
     def register(target: str, hook, kind: str) -> None:

@@ -9,14 +9,24 @@ the OpenAI routes: ``OpenAIServingBase.handle_request``).
 | ``TokenizerManager._init_req_state``               | before | the whole normalized request, batch included, before any state exists; forced decoding |
 | ``TokenizerManager._validate_one_request``         | after  | each prompt's final token ids; ``logprob_start_len`` |
 | ``OpenAIServing{Chat,Completion}._validate_request`` | after | ``cache_salt``, ``extra_key`` before SGLang joins them |
-| ``fastapi...._validate_value_with_model_field``    | around | validators that crash on non-dict JSON: a 400, not a 500 |
+| ``fastapi...._validate_value_with_model_field``    | around | the body schema of ``/generate`` and the OpenAI routes (``serving/route_schemas.py``, built from SGLang's own request types) on the raw JSON; validators that crash on non-dict JSON: a 400, not a 500 |
+| ``OpenAIServingBase._compute_extra_key``           | around | the namespace of ``cache_salt`` and ``extra_key``, injective (``policy/namespace.py``) instead of concatenated |
+
+The schema is also served, as JSON, at ``GET /cache_policy/request_schema`` (``serve_schema``), so
+a client (``eval.soak``'s fuzz) can walk exactly what this server enforces.
 """
 
 from __future__ import annotations
 
-from patches import forced
+import functools
+
+from patches import forced, stop_regex
+from policy import namespace
 from serving import forced as forced_rules
 from serving import request_checks as checks
+from serving import route_schemas as route_schema_rules
+from serving import schema
+from serving.log_lines import one_line
 
 NORMALIZE = "sglang.srt.managers.io_struct.GenerateReqInput.normalize_batch_and_arguments"
 INIT_REQ_STATE = "sglang.srt.managers.tokenizer_manager.TokenizerManager._init_req_state"
@@ -24,14 +34,69 @@ VALIDATE_ONE = "sglang.srt.managers.tokenizer_manager.TokenizerManager._validate
 CHAT_VALIDATE = "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat._validate_request"
 COMPLETION_VALIDATE = "sglang.srt.entrypoints.openai.serving_completions.OpenAIServingCompletion._validate_request"
 BODY_VALIDATION = "fastapi.dependencies.utils._validate_value_with_model_field"
-TARGETS = (NORMALIZE, INIT_REQ_STATE, VALIDATE_ONE, CHAT_VALIDATE, COMPLETION_VALIDATE, BODY_VALIDATION)
+EXTRA_KEY = "sglang.srt.entrypoints.openai.serving_base.OpenAIServingBase._compute_extra_key"
+TARGETS = (NORMALIZE, INIT_REQ_STATE, VALIDATE_ONE, CHAT_VALIDATE, COMPLETION_VALIDATE, BODY_VALIDATION, EXTRA_KEY)
+SCHEMA_PATH = "/cache_policy/request_schema"
+_JSON_TYPES = (dict, list, str, int, float)
+
+
+@functools.lru_cache(maxsize=1)
+def route_schemas() -> dict:
+    """Route -> ``RouteSchema``, built once from SGLang 0.5.16's request types."""
+    import inspect
+
+    from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest, CompletionRequest
+    from sglang.srt.managers.io_struct import GenerateReqInput, SessionParams
+    from sglang.srt.sampling.sampling_params import SamplingParams
+    from transformers import PreTrainedTokenizerBase
+
+    parameters = inspect.signature(PreTrainedTokenizerBase.apply_chat_template).parameters.values()
+    template_arguments = [p.name for p in parameters if p.name != "self" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
+    return route_schema_rules.build_routes(GenerateReqInput, SamplingParams, SessionParams, CompletionRequest,
+                                           ChatCompletionRequest, template_arguments)
+
+
+@functools.lru_cache(maxsize=1)
+def _schema_by_class() -> dict:
+    from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest, CompletionRequest
+    from sglang.srt.managers.io_struct import GenerateReqInput
+
+    routes = route_schemas()
+    return {GenerateReqInput: routes[route_schema_rules.GENERATE], CompletionRequest: routes[route_schema_rules.COMPLETIONS],
+            ChatCompletionRequest: routes[route_schema_rules.CHAT]}
+
+
+def _route_of(field):
+    """The ``RouteSchema`` of a body field whose model is one of SGLang's generating requests."""
+    model = getattr(getattr(field, "field_info", None), "annotation", None)
+    if not str(getattr(model, "__module__", "")).startswith("sglang."):
+        return None
+    return _schema_by_class().get(model)
+
+
+def _refuse(exc: schema.SchemaError):
+    """A 400 whose message is the problem itself (``"<field>: <problem>"``), as every other check
+    answers; raised from inside FastAPI's body validation, SGLang's handler for ``HTTPException``
+    writes it (the OpenAI error shape on the OpenAI routes)."""
+    from fastapi import HTTPException
+
+    raise HTTPException(status_code=400, detail=one_line(str(exc)))
 
 
 def around_body_validation(original, *args, **kwargs):
-    """FastAPI's validation of a request body against its pydantic model. SGLang's models run
-    ``mode="before"`` validators that assume dicts (``ChatCompletionRequest.set_json_schema``
-    calls ``response_format.get``); on other JSON they raise ``AttributeError``/``TypeError``,
-    which pydantic does not turn into a validation error. Here they become one (a 400)."""
+    """FastAPI's validation of a request body against its model. First, on the routes that start
+    a generation, the raw JSON against the route's schema (a 400 naming the field; ``null`` for a
+    defaulted field removed). Then SGLang's models, whose ``mode="before"`` validators assume
+    dicts (``ChatCompletionRequest.set_json_schema`` calls ``response_format.get``): on other JSON
+    they raise ``AttributeError``/``TypeError``, which pydantic does not turn into a validation
+    error. Here they become one (a 400)."""
+    value = kwargs.get("value")
+    route = _route_of(kwargs.get("field"))
+    if route is not None and tuple(kwargs.get("loc") or ()) == ("body",) and isinstance(value, _JSON_TYPES):
+        try:
+            kwargs["value"] = route.check(value)
+        except schema.SchemaError as exc:
+            _refuse(exc)
     try:
         return original(*args, **kwargs)
     except (AttributeError, TypeError, KeyError, IndexError) as exc:
@@ -39,6 +104,26 @@ def around_body_validation(original, *args, **kwargs):
         if not loc or loc[0] != "body":
             raise
         return None, [{"type": "value_error", "loc": loc, "msg": f"malformed request body: {exc}", "input": None}]
+
+
+def around_compute_extra_key(original, serving, request, *args, **kwargs):
+    """The request's namespace from its two names, injective (SGLang joined them with nothing)."""
+    try:
+        return namespace.namespace(getattr(request, "cache_salt", None), getattr(request, "extra_key", None))
+    except ValueError as exc:
+        raise checks.RequestError(f"cache_salt / extra_key: {exc}") from None
+
+
+def serve_schema(app) -> None:
+    """``GET /cache_policy/request_schema``: every route's body schema as JSON (``schema.to_json``)."""
+
+    async def request_schema():
+        routes = route_schemas()
+        return {"routes": {path: schema.to_json(route.body) for path, route in routes.items()},
+                "rules": {path: route.rules_json() for path, route in routes.items()},
+                "limits": {"max_depth": schema.MAX_DEPTH, "int_range": list(schema.INT_RANGE)}}
+
+    app.add_api_route(SCHEMA_PATH, request_schema, methods=["GET"])
 
 
 def before_normalize(obj, *args, **kwargs):
@@ -55,7 +140,8 @@ def before_init_req_state(tokenizer_manager, obj, *args, **kwargs):
         return
     args, vocab_size = tokenizer_manager.server_args, tokenizer_manager.model_config.vocab_size
     checks.check_generate_request(obj, vocab_size, tokenizer_manager.rid_to_state, PositionalEmbeds,
-                                  checks.grammar_unavailable(args.grammar_backend, args.device))
+                                  checks.grammar_unavailable(args.grammar_backend, args.device),
+                                  stop_regex.pattern_problem)
     processors_on = bool(args.enable_custom_logit_processor)
     forced_rules.prepare_request(obj, vocab_size, forced_rules.client_processors_allowed(processors_on), processors_on,
                             forced.processor_string)
@@ -83,9 +169,14 @@ def _check_field_tables() -> None:
 def install(register) -> None:
     """Register the validation hooks (every process; they act where a tokenizer manager runs)."""
     _check_field_tables()
+    try:
+        stop_regex.install()
+    except RuntimeError as exc:
+        raise SystemExit(f"cache-policy overlay: {exc}") from None
     register(NORMALIZE, before_normalize, "before")
     register(INIT_REQ_STATE, before_init_req_state, "before")
     register(VALIDATE_ONE, after_validate_one, "after")
     register(CHAT_VALIDATE, after_openai_validate, "after")
     register(COMPLETION_VALIDATE, after_openai_validate, "after")
     register(BODY_VALIDATION, around_body_validation, "around")
+    register(EXTRA_KEY, around_compute_extra_key, "around")

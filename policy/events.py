@@ -30,7 +30,7 @@ aborted), written by the scheduler of attention-TP rank 0 only.
 | moved          | int         | prompt tokens relocated from elsewhere (0 for prefix-only policies)  |
 | read           | int         | prompt tokens run through the model = prompt - prefix_reused - moved |
 | decode_tokens  | int         | generated tokens                                                     |
-| cache_salt     | str / null  | the request's cache namespace (SGLang ``extra_key``: cache_salt ...) |
+| cache_salt     | str / null  | the request's cache namespace (SGLang ``extra_key``; policy/namespace.py) |
 | plan_resume    | int / null  | reuse length the policy planned at admission (null if never planned) |
 | finish_reason  | str / null  | ``stop``, ``length``, ``abort``, ...                                 |
 | queued_ts      | float       | unix time the policy first saw the request                           |

@@ -13,7 +13,8 @@ text is literal. Kinds (``_KINDS``) say how a value is written and read:
 
     int      123 / -4           opt_int  None or an int       bool   True / False
     flag     True / False, also read as 1 / 0                 onoff  on / off
-    word     text without spaces
+    word     text without spaces: ``escape_word`` percent-encodes spaces, line breaks, ``%``
+             and anything outside printable ASCII, and reading decodes it (request ids)
     text     text up to the literal that follows              f1/f2  float with 1 / 2 decimals
     ints     Python list of ints, "[3, 7, 11]"                repr   Python repr of a string
     kvs      "k=v k=v" (dict; values int, float, None, bool or word)
@@ -46,6 +47,7 @@ from __future__ import annotations
 import ast
 import re
 import string
+import urllib.parse
 from typing import Any, Callable, Mapping, NamedTuple
 
 from scr.kvreuse_env import AUTHORS_DEFAULTS
@@ -126,11 +128,35 @@ def _render_int(value: Any) -> str:
     return str(value)
 
 
+# Characters a word is written with as they are: printable ASCII but the space and ``%``.
+_WORD_SAFE = frozenset(chr(c) for c in range(0x21, 0x7F)) - {"%"}
+
+
+def escape_word(text: str) -> str:
+    """``text`` as one word of a log line: every character outside printable ASCII, the space and
+    ``%`` percent-encoded (UTF-8 bytes, ``%20``), so a request id holding spaces, line breaks,
+    quotes or non-ASCII stays one word that nobody can use to start a line; ``unescape_word``
+    reads it back. Ordinary ids (``bcp-17.3``, uuids) are written unchanged, so the authors'
+    report, which reads ``rid=(\\S+)``, still matches them to SGLang's ``Finish:`` lines."""
+    if all(c in _WORD_SAFE for c in text):
+        return text
+    return "".join(c if c in _WORD_SAFE else "".join(f"%{b:02X}" for b in c.encode("utf-8")) for c in text)
+
+
+def unescape_word(text: str) -> str:
+    """Inverse of ``escape_word``."""
+    return urllib.parse.unquote(text, errors="strict") if "%" in text else text
+
+
 def _render_word(value: Any) -> str:
-    text = "None" if value is None else str(value)
-    if not text or any(c.isspace() for c in text):
-        raise ValueError(f"{text!r}: a word field cannot be empty or contain spaces")
+    text = "None" if value is None else escape_word(str(value))
+    if not text:
+        raise ValueError("a word field cannot be empty")
     return text
+
+
+def _read_word(text: str) -> str:
+    return unescape_word(text)
 
 
 def _read_scalar(text: str) -> Any:
@@ -141,7 +167,7 @@ def _read_scalar(text: str) -> Any:
     try:
         return float(text)
     except ValueError:
-        return text
+        return unescape_word(text)
 
 
 def _render_kvs(values: Mapping[str, Any]) -> str:
@@ -165,8 +191,8 @@ def _read_env(text: str) -> dict[str, str]:
 
 # kind -> (regex, render, read)
 _KINDS: dict[str, tuple[str, Callable[[Any], str], Callable[[str], Any]]] = {
-    "word": (r"\S+", _render_word, str),
-    "opt_word": (r"\S+", _render_word, lambda s: None if s == "None" else s),
+    "word": (r"\S+", _render_word, _read_word),
+    "opt_word": (r"\S+", _render_word, lambda s: None if s == "None" else _read_word(s)),
     "int": (r"-?\d+", _render_int, int),
     "opt_int": (r"None|-?\d+", lambda v: "None" if v is None else _render_int(v), _read_scalar),
     "bool": (r"True|False", lambda v: str(bool(v)), lambda s: s == "True"),
@@ -321,7 +347,8 @@ def _read_report_field(field_kind: str, text: str) -> Any:
     return _KINDS[field_kind][2](text) if field_kind in ("word", "opt_word") else _read_scalar(text)
 
 
-_FINISH_ID = re.compile(r"'id': (?:'([^']*)'|\"([^\"]*)\")")
+# The id as Python writes a string (``repr``): quotes and escapes included, read with literal_eval.
+_FINISH_ID = re.compile(r"""'id': ('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")""")
 _FINISH_INTS = {name: re.compile(rf"'{name}': (\d+)") for name in ("prompt_tokens", "completion_tokens", "cached_tokens")}
 
 
@@ -342,8 +369,7 @@ def parse_finish(line: str) -> dict[str, Any] | None:
     found_prompt = _FINISH_INTS["prompt_tokens"].search(meta)
     if found_id is None or found_prompt is None:
         return None
-    parsed: dict[str, Any] = {"kind": "finish", "rid": found_id.group(1) if found_id.group(1) is not None
-                              else found_id.group(2)}
+    parsed: dict[str, Any] = {"kind": "finish", "rid": ast.literal_eval(found_id.group(1))}
     for name, pattern in _FINISH_INTS.items():
         found = pattern.search(meta)
         parsed[name] = int(found.group(1)) if found else 0

@@ -19,6 +19,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from policy.namespace import salt_of
 from scr.kvreuse_env import UnsupportedKnob, not_ported
 from scr.settings import ScrConfig, SsmMode
 
@@ -98,16 +99,18 @@ class RequestKnobs:
 
 
 def parse_request_knobs(cache_salt: str | None) -> RequestKnobs:
-    """Read the switch in ``cache_salt`` (SGLang's ``extra_key``) by the rules in the module docstring.
+    """Read the switch in ``cache_salt`` (the request's namespace, SGLang's ``extra_key``: its salt
+    part, ``policy.namespace.salt_of``) by the rules in the module docstring.
 
     Pure. Raises ``UnsupportedKnob`` when, after a later key has overridden an earlier one,
     ``pin``, ``lead`` or ``force`` is true or ``v6`` is false: those ask for the single-phase path,
     and serving the request with full SCR instead would be a silent change of algorithm. The same
     knobs at their two-phase value are reported in ``ignored``.
     """
-    if cache_salt is None or not cache_salt.startswith(KNOB_PREFIX):
+    salt = salt_of(cache_salt)  # the knobs are in the salt part of the namespace (policy/namespace.py)
+    if salt is None or not salt.startswith(KNOB_PREFIX):
         return RequestKnobs(namespace=cache_salt)
-    switch = cache_salt[len(KNOB_PREFIX):]
+    switch = salt[len(KNOB_PREFIX):]
     if switch == "off":
         return RequestKnobs(namespace=cache_salt, off=True)
     if not switch.startswith(_KNOBS_SWITCH):

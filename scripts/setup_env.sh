@@ -43,6 +43,8 @@ else
   pip_install sglang==0.5.16 pytest
   pip_install -r "$ROOT/requirements/eval.txt"
 fi
+echo "[setup] installing the overlay's own run-time dependencies"
+pip_install --no-deps -r "$ROOT/requirements/overlay.txt"
 echo "[setup] installing this project (editable)"
 pip_install --no-deps --no-build-isolation -e "$ROOT"
 

@@ -10,7 +10,7 @@ The limits these rules set (everything else is SGLang's own range):
 
 | limit                      | value      | why                                                          |
 |----------------------------|------------|--------------------------------------------------------------|
-| ``MAX_EXTRA_KEY_CHARS``    | 256        | ``extra_key`` (= ``cache_salt`` + ``extra_key`` on the OpenAI routes) is part of every radix-tree key and is written to the events file (``cache_salt``); a namespace name needs no more |
+| ``MAX_EXTRA_KEY_CHARS``    | 256        | each namespace name (``extra_key``, ``cache_salt``; ``policy/namespace.py``) is part of every radix-tree key and is written to the events file (``cache_salt``); a namespace name needs no more |
 | ``MAX_N``                  | 128        | ``n`` copies the request n times in the HTTP process before anything is checked (n = 1000 of 2 tokens kept the CPU server busy past a 60 s client timeout; n = 10**9 would exhaust its memory) |
 | ``MAX_ABS_LOGIT_BIAS``     | 100        | OpenAI's documented range; a NaN, infinite or huge (1e308) bias made the sampler fail in the scheduler |
 | ``MIN_REPETITION_PENALTY`` | 1e-3       | SGLang accepts (0, 2]; a tiny penalty divides logits into inf (scheduler crash seen at 1e-300) |
@@ -24,7 +24,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-MAX_EXTRA_KEY_CHARS = 256
+from policy.namespace import MAX_NAME_CHARS, name_problem, split_namespace
+
+MAX_EXTRA_KEY_CHARS = MAX_NAME_CHARS  # policy/namespace.py: non-empty, no control characters
 MAX_N = 128
 MAX_ABS_LOGIT_BIAS = 100.0
 MIN_REPETITION_PENALTY = 1e-3
@@ -41,13 +43,15 @@ class RequestError(ValueError):
 @dataclass(frozen=True)
 class Context:
     """What a rule may compare a value with: the model's vocabulary, why the server cannot
-    constrain decoding (None: it can), and the prompt the value belongs to (length unknown
-    until text is tokenized: None)."""
+    constrain decoding (None: it can), the prompt the value belongs to (length unknown until
+    text is tokenized: None), and the server's stop-regex matcher's verdict on a pattern
+    (``patches/stop_regex.pattern_problem``; None: Python's ``re`` alone decides)."""
 
     vocab_size: int = 0
     no_grammar: str | None = None
     prompt_len: int | None = None
     return_logprob: Any = True
+    regex_problem: Callable[[str], "str | None"] | None = None
 
 
 Rule = Callable[[Any, Context], "str | None"]
@@ -146,10 +150,15 @@ def refused_token_ids_logprob(value, context: Context) -> str | None:
             "requests with and without token_ids_logprob (the server exits); use top_logprobs_num")
 
 
-def extra_key_length(value, context: Context) -> str | None:
-    if len(value) <= MAX_EXTRA_KEY_CHARS:
-        return None
-    return f"{len(value)} characters, at most {MAX_EXTRA_KEY_CHARS} are allowed"
+def namespace_key(value, context: Context) -> str | None:
+    """A request's cache namespace (SGLang's ``extra_key``): a name from ``/generate``, or what
+    ``policy.namespace.namespace`` made of an OpenAI request's two names; each part must pass
+    ``policy.namespace.name_problem``."""
+    for part in split_namespace(value):
+        problem = name_problem(part)
+        if problem is not None:
+            return problem
+    return None
 
 
 def top_k_range(value, context: Context) -> str | None:
@@ -174,9 +183,12 @@ def regular_expressions(value, context: Context) -> str | None:
         return problem
     for pattern in [value] if isinstance(value, str) else value:
         try:
-            re.compile(pattern)
+            re.compile(pattern)  # SGLang parses it with Python's parser to size the tail it matches
         except Exception as exc:  # noqa: BLE001 - re.error, RecursionError, OverflowError
             return f"{pattern!r:.80} is not a valid regular expression: {exc}"
+        problem = context.regex_problem(pattern) if context.regex_problem is not None else None
+        if problem is not None:
+            return problem
     return None
 
 
@@ -227,5 +239,5 @@ PROMPT_RULES: dict[str, tuple[Rule, ...]] = {
     "logprob_start_len": (integer, logprob_start),
     "top_logprobs_num": (integer, top_logprobs),
     "token_ids_logprob": (refused_token_ids_logprob,),
-    "extra_key": (string, extra_key_length),
+    "extra_key": (string, namespace_key),
 }

@@ -18,8 +18,8 @@ from __future__ import annotations
 import uuid
 from typing import Iterable, Mapping
 
+from policy.namespace import name_problem
 from serving.field_rules import (
-    MAX_EXTRA_KEY_CHARS,
     PROMPT_RULES,
     SAMPLING_RULES,
     Context,
@@ -65,6 +65,9 @@ BATCH_INDEXED_FIELDS = (
     "multi_item_delimiter_indices",
 )
 
+# Batch fields that ``GenerateReqInput.__getitem__`` reads as "none" when empty (``if self.modalities``).
+EMPTY_MEANS_NONE = frozenset({"modalities"})
+
 
 def field_table_drift(struct_fields: Mapping[str, Iterable[str]]) -> str | None:
     """Why the field tables no longer describe SGLang's structs (name -> its fields), or None."""
@@ -98,6 +101,8 @@ def check_rids(rids: list, in_flight: Iterable | Mapping = ()) -> None:
     for rid in rids:
         if not isinstance(rid, str):
             raise RequestError(f"rid: must be a string, got {type(rid).__name__}")
+        if rid == "":
+            raise RequestError("rid: must not be empty (omit it and the server makes one)")
         if rid in seen:
             raise RequestError(f"rid: {rid!r} appears more than once in this request")
         if rid in in_flight:
@@ -128,7 +133,7 @@ def check_token_ids_logprob(value, field: str = "token_ids_logprob") -> None:
 
 
 def check_extra_key(value, field: str = "extra_key") -> None:
-    """The cache namespace: a string of at most MAX_EXTRA_KEY_CHARS characters, or None."""
+    """The cache namespace (``field_rules.namespace_key``), or None."""
     check_field(field, value, PROMPT_RULES["extra_key"])
 
 
@@ -208,14 +213,16 @@ def _check_known_fields(field: str, value, allowed: frozenset, noun: str) -> Non
 
 
 def check_sampling_params(params, vocab_size: int, field: str = "sampling_params",
-                          allowed: frozenset = SAMPLING_FIELDS, no_grammar: str | None = None) -> None:
+                          allowed: frozenset = SAMPLING_FIELDS, no_grammar: str | None = None,
+                          regex_problem=None) -> None:
     """The sampling-params dict of one request, where SGLang's own ``SamplingParams.verify``
     does not look or fails with something other than a ``ValueError`` (``SAMPLING_RULES``).
-    ``no_grammar``: why the server cannot constrain decoding (``grammar_unavailable``), if it cannot."""
+    ``no_grammar``: why the server cannot constrain decoding (``grammar_unavailable``), if it cannot;
+    ``regex_problem``: the server's verdict on a stop regex (``Context.regex_problem``)."""
     if params is None:
         return
     _check_known_fields(field, params, allowed, "parameter")
-    context = Context(vocab_size, no_grammar)
+    context = Context(vocab_size, no_grammar, regex_problem=regex_problem)
     for name, rule in SAMPLING_RULES:
         check_field(f"{field}.{name}", params.get(name), (rule,), context)
 
@@ -238,9 +245,13 @@ def check_positional_embed_overrides(value, embeds_type: type | None) -> None:
 
 def check_batch_lengths(obj, count: int, fields: Iterable[str] = BATCH_INDEXED_FIELDS) -> None:
     """Every per-request list of a batch holds at least one entry per request (SGLang indexes
-    them without checking and answers a short one with an IndexError, a 500)."""
+    them without checking and answers a short one with an IndexError, a 500). An empty list
+    where SGLang reads empty as "none" (``EMPTY_MEANS_NONE``) is not a batch list: the OpenAI
+    chat route sends ``modalities: []`` with ``n`` > 1."""
     for name in fields:
         value = getattr(obj, name, None)
+        if value == [] and name in EMPTY_MEANS_NONE:
+            continue
         if isinstance(value, list) and len(value) < count:
             raise RequestError(f"{name}: {len(value)} entries for a batch of {count} requests")
 
@@ -276,7 +287,8 @@ def _prompt_contexts(obj, single: bool, count: int, vocab_size: int, no_grammar)
 
 
 def check_generate_request(obj, vocab_size: int, in_flight: Iterable | Mapping = (),
-                           embeds_type: type | None = None, no_grammar: str | None = None) -> None:
+                           embeds_type: type | None = None, no_grammar: str | None = None,
+                           regex_problem=None) -> None:
     """A normalized ``GenerateReqInput`` (single, a batch, or one request of a batch), before
     SGLang records its state and sends anything to the scheduler. Each field is checked for
     every prompt before the next field (``PROMPT_RULES`` order, then the sampling params)."""
@@ -293,7 +305,8 @@ def check_generate_request(obj, vocab_size: int, in_flight: Iterable | Mapping =
         for i, value in enumerate(per_request(getattr(obj, name, None), single, count)):
             check_field(named(name, i), value, rules, contexts[i])
     for i, params in enumerate(per_request(obj.sampling_params, single, count)):
-        check_sampling_params(params, vocab_size, named("sampling_params", i), no_grammar=no_grammar)
+        check_sampling_params(params, vocab_size, named("sampling_params", i), no_grammar=no_grammar,
+                              regex_problem=regex_problem)
     check_session_params(getattr(obj, "session_params", None))
     check_positional_embed_overrides(getattr(obj, "positional_embed_overrides", None), embeds_type)
 
@@ -310,18 +323,12 @@ def check_tokenized_prompt(obj, input_ids, vocab_size: int) -> None:
 
 
 def check_openai_request(request) -> str | None:
-    """``cache_salt``/``extra_key`` of an OpenAI chat or completion request, before SGLang joins
-    them into one ``extra_key``; the error message, or None. (Everything else reaches
-    ``check_generate_request`` once the request is converted.)"""
-    try:
-        total = 0
-        for key in ("cache_salt", "extra_key"):
-            value = getattr(request, key, None)
-            check_extra_key(value, key)
-            total += len(value or "")
-        if total > MAX_EXTRA_KEY_CHARS:
-            raise RequestError(f"cache_salt + extra_key: {total} characters together, at most "
-                               f"{MAX_EXTRA_KEY_CHARS} are allowed")
-    except RequestError as exc:
-        return str(exc)
+    """``cache_salt``/``extra_key`` of an OpenAI chat or completion request, before SGLang makes
+    them one namespace (``policy.namespace.namespace``); the error message, or None. (The body
+    schema refused them already on the HTTP routes; this also covers other callers. Everything
+    else reaches ``check_generate_request`` once the request is converted.)"""
+    for key in ("cache_salt", "extra_key"):
+        problem = name_problem(getattr(request, key, None))
+        if problem is not None:
+            return f"{key}: {problem}"
     return None

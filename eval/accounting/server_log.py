@@ -12,7 +12,13 @@ Lines read (any text before them, such as ``[2026-01-01 12:00:00 TP0] ``, is ign
       'prompt_tokens': P, ..., 'completion_tokens': D, 'cached_tokens': C, ...}}
 
   One per finished request. The first per rid is kept (rows are in ``Finish`` order); a second
-  one for the same rid is a rid collision and fails check L1.
+  one for the same rid is a rid collision and fails check L1. The ``'id'`` is a Python string
+  literal (quotes and escapes as ``repr`` writes them) and is read with ``literal_eval``.
+
+Rids in the ``[kvreuse]`` lines are percent-encoded where they hold a space, ``%``, a line break
+or anything outside printable ASCII (``odd rid`` -> ``odd%20rid``; ``scr.authors_log.escape_word``)
+and decoded on reading, so every rid joins its ``Finish`` line; ordinary ids are written as they are.
+Every record of the server is one line (``patches/log_guard.py``): no request field starts a line.
 
 The three SCR lines are read as permissively as the authors' ``analysis/scr_report.py`` reads
 them (``scr.authors_log.parse_report_line``): only the fields named below in ``<>`` are needed,

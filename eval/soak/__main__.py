@@ -38,6 +38,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="malformed requests to interleave")
     parser.add_argument("--max-new-tokens", type=int_at_least(1), default=8, metavar="N",
                         help="tokens generated per request")
+    parser.add_argument("--fuzz-cases", type=int_at_least(0), default=None, metavar="N",
+                        help="after the load, the schema-driven malformed set (every field of every generating "
+                        "route, each wrong kind of value): N cases drawn from it, 0 none (default: all)")
+    parser.add_argument("--regex-bomb-tokens", type=int_at_least(0), default=256, metavar="N",
+                        help="the regex-bomb probe: trivial requests beside an N-token decode whose stop_regex "
+                        "backtracks under Python's re (0: no probe)")
+    parser.add_argument("--no-namespaces", action="store_true",
+                        help="skip the probes of cache_salt / extra_key pairs that must not share a namespace")
     parser.add_argument("--idle-seconds", type=float, default=5.0, metavar="S", help="idle wait after /flush_cache")
     args = parser.parse_args(argv)
 
@@ -45,7 +53,9 @@ def main(argv: list[str] | None = None) -> int:
         report = run_soak(args.server, args.out, minutes=args.minutes, requests=args.requests, seed=args.seed,
                           concurrency=args.concurrency, tenants=args.tenants, events=args.events, log=args.log,
                           policy=args.policy, exact_sample=args.exact_sample, malformed=args.malformed,
-                          max_new_tokens=args.max_new_tokens, idle_s=args.idle_seconds)
+                          max_new_tokens=args.max_new_tokens, idle_s=args.idle_seconds,
+                          fuzz_cases=args.fuzz_cases, regex_bomb_tokens=args.regex_bomb_tokens,
+                          namespaces=not args.no_namespaces)
         print(format_table(report))
         print(f"-> {args.out / 'report.json'}")
         return 0 if report["passed"] else 1

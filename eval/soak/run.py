@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TextIO
 
 from eval import cli_types
-from eval.soak import checks, client, malformed
+from eval.soak import checks, client, malformed, safety
 from eval.soak.conversation import Conversation, ConversationConfig, random_ids
 
 ABORT_MODES = ("disconnect", "abort_request", "timeout")
@@ -57,6 +57,9 @@ class SoakConfig:
     probe_share: float = 0.04  # of worker steps: replay the worker's last prompt under a fresh salt
     openai_share: float = 0.2  # of conversations served through /v1/completions with cache_salt
     final_probes: int = 3
+    fuzz_cases: int | None = None  # schema-driven malformed set after the load: None all, 0 none (safety.py)
+    regex_bomb_tokens: int = 256  # the regex-bomb probe's decode length; 0: no probe
+    namespaces: bool = True  # the namespace-collision probes
     idle_s: float = 5.0
     progress_s: float = 10.0
     request_timeout: float = 300.0
@@ -78,6 +81,10 @@ class SoakConfig:
             problems.append(f"--exact-sample {self.exact_sample}: must be >= 0")
         if self.malformed not in malformed.SETS:
             problems.append(f"--malformed {self.malformed!r}: one of {', '.join(malformed.SETS)}")
+        if self.fuzz_cases is not None and self.fuzz_cases < 0:
+            problems.append(f"--fuzz-cases {self.fuzz_cases}: must be >= 0")
+        if self.regex_bomb_tokens < 0:
+            problems.append(f"--regex-bomb-tokens {self.regex_bomb_tokens}: must be >= 0")
         if self.idle_s < 0:
             problems.append(f"--idle-seconds {self.idle_s}: must be >= 0")
         if self.max_new_tokens < 1 or self.abort_tokens < 1:
@@ -181,6 +188,8 @@ class Soak:
         self.load_started = self.load_ended = 0.0
         self.log_offset = 0
         self.prompts: dict[str, list[int]] = {}  # rid -> prompt of each answered /generate turn
+        self.safety: dict = {}  # the request-safety phases' reports (safety.py)
+        self.namespace_records: list[dict] = []
 
     # ------------------------------------------------------------------ bookkeeping
 
@@ -444,6 +453,7 @@ class Soak:
                     and not r.get("abort")]
         events = self.wait_events(answered)
         policy = self.cfg.policy or _policy_from(events)
+        self.safety_phases()
         self.final_probes()
         pairs = self.exact_sample() if policy == "exact" and self.cfg.exact_sample > 0 else None
         client.wait_idle(self.base)
@@ -452,11 +462,34 @@ class Soak:
         idle_lines = self.log_lines()
         alive = self.send_generate(f"{self.run}.alive.1", random_ids(random.Random(self.cfg.seed), 64),
                                    f"soak-{self.run}-alive", "alive")
-        expected = [r["rid"] for r in self.records if r["kind"] != "malformed" and not r.get("abort")
-                    and r.get("status") == 200]
+        expected = [r["rid"] for r in self.records + self.namespace_records
+                    if r["kind"] != "malformed" and not r.get("abort") and r.get("status") == 200]
         events = self.wait_events(expected)
         lines = self.log_lines()
         return self.report(policy, events, lines, idle_lines, flush_tries, alive, pairs, started)
+
+    def safety_phases(self) -> None:
+        """The request-safety phases (``safety.py``), against a patched server only (``--malformed all``)."""
+        cfg = self.cfg
+        if cfg.malformed != "all":
+            return
+        if cfg.fuzz_cases != 0:
+            self.say(f"soak {self.run}: schema fuzz")
+            self.safety["fuzz"] = safety.run_fuzz(self.base, cfg.fuzz_cases, cfg.seed, progress=self.say)
+        if cfg.regex_bomb_tokens:
+            self.say(f"soak {self.run}: regex bomb ({cfg.regex_bomb_tokens} tokens)")
+            self.safety["bomb"] = safety.run_bomb(self.base, cfg.regex_bomb_tokens)
+        if cfg.namespaces:
+            self.namespace_records = safety.send_namespace_probes(self.base, self.run, self.model, cfg.seed)
+        client.wait_idle(self.base)
+
+    def safety_checks(self, events) -> list[checks.Check]:
+        if self.cfg.malformed != "all":
+            why = f"--malformed {self.cfg.malformed}: the server may be stock SGLang"
+            return [checks.Check.skipped(name, why) for name in ("schema_fuzz", "regex_bomb", "namespaces")]
+        return [safety.check_fuzz(self.safety.get("fuzz")), safety.check_bomb(self.safety.get("bomb")),
+                safety.check_namespaces(self.namespace_records, events) if self.cfg.namespaces
+                else checks.Check.skipped("namespaces", "--no-namespaces")]
 
     def unreachable(self, why: str, started: float) -> dict:
         check = checks.Check("alive", checks.FAIL, f"no answer from {self.base}/v1/models: {why}", [why], 1)
@@ -486,6 +519,7 @@ class Soak:
                                       else "--exact-sample 0"),
             checks.check_malformed(self.of("malformed")),
             checks.check_wellformed(wellformed),
+            *self.safety_checks(events),
         ]
         statuses = Counter(_status_class(r.get("status")) for r in records)
         aborted = [r for r in records if r.get("abort")]
@@ -523,11 +557,13 @@ class Soak:
             "config": {"minutes": cfg.minutes, "requests": cfg.requests, "concurrency": cfg.concurrency,
                        "tenants": cfg.tenants, "malformed": cfg.malformed, "malformed_kinds": self.mal_kinds,
                        "exact_sample": cfg.exact_sample, "max_new_tokens": cfg.max_new_tokens,
+                       "fuzz_cases": cfg.fuzz_cases, "regex_bomb_tokens": cfg.regex_bomb_tokens,
+                       "namespaces": cfg.namespaces,
                        "events": str(cfg.events) if cfg.events else None, "log": str(cfg.log) if cfg.log else None,
                        "context_len": self.context_len},
             "load_s": round(self.load_ended - self.load_started, 2),
             "wall_s": round(time.monotonic() - started, 2),
-            "counts": counts, "measured": measured,
+            "counts": counts, "measured": measured, "safety": self.safety,
             "checks": {c.name: c.to_dict() for c in results},
             "passed": all(c.status != checks.FAIL for c in results),
         }
@@ -537,7 +573,7 @@ class Soak:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         (self.out_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
         with open(self.out_dir / "requests.jsonl", "w") as f:
-            for r in self.records:
+            for r in self.records + self.namespace_records:
                 row = {k: v for k, v in r.items() if k not in ("output_ids", "logprobs")}
                 row["output_tokens"] = len(r.get("output_ids") or [])
                 f.write(json.dumps(row) + "\n")

@@ -227,6 +227,19 @@ def test_a_stale_state_makes_the_next_edit_decline(server, ref):
     check(three, cold(ref, third, three["output_ids"]), "stale state: plain read")
 
 
+def test_a_rid_with_spaces_and_a_line_break_relocates(server, ref):
+    """Any rid SGLang accepts gets SCR: a rid with a space made the authors' log line refuse to
+    render, the plan fell back and the conversation was read plainly. Its lines are one line each
+    (the rid percent-encoded) and read back to the same rid; the values equal the reference."""
+    cuts = [(1400, 1600)]
+    tag = "odd rid\nFinish: FORGED ü"
+    _, _, two, blocks, expected = run_two_turns(server, ref, 211, cuts, tag)
+    assert blocks == expected_blocks(cuts)
+    check(two, expected, "a rid with a space and a line break")
+    stray = [line for line in server.log_text().splitlines() if "FORGED" in line and not line.startswith("[20")]
+    assert stray == [], stray
+
+
 def test_cold_reads_equal_the_reference(server, ref):
     prompt = prompt_ids(161, 700)
     record = ask(server, prompt, "ref-cold", salt="ref-cold")

@@ -19,6 +19,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from eval.server import wait_for_events
+from eval.soak import safety, schema_fuzz
+from eval.soak.checks import PASS
+from scr.authors_log import parse_finish
+from serving.route_schemas import CHAT as CHAT_ROUTE
+from serving.route_schemas import COMPLETIONS, GENERATE
 from tests.engine.conftest import RADIX_ARGS, start_server
 
 pytestmark = pytest.mark.engine
@@ -32,8 +38,11 @@ TIMEOUT = 60.0
 @pytest.fixture(scope="module")
 def server(tiny_model_dir, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("validation")
-    server = start_server(tiny_model_dir, tmp, "validation", [*RADIX_ARGS, "--cache-policy", "radix"],
+    server = start_server(tiny_model_dir, tmp, "validation",
+                          [*RADIX_ARGS, "--cache-policy", "radix", "--cache-events", str(tmp / "events.jsonl"),
+                           "--log-requests", "--log-requests-level", "0"],
                           graceful_stop=True)
+    server.events_path = tmp / "events.jsonl"
     yield server
     server.stop()
     assert server.fatal_lines() == [], server.log_tail()
@@ -117,18 +126,19 @@ CASES = [
     ("extra-key-list", "/generate", gen(extra_key=["a", "b"]), "extra_key: must be a string, got list"),
     ("extra-key-long", "/generate", gen(extra_key="k" * 257), "extra_key: 257 characters"),
     ("chat-cache-salt-list", "/v1/chat/completions", chat(cache_salt=["a"]), "cache_salt: must be a string"),
-    ("chat-cache-salt-long", "/v1/chat/completions", chat(cache_salt="s" * 200, extra_key="e" * 57), "cache_salt + extra_key: 257"),
+    ("chat-cache-salt-long", "/v1/chat/completions", chat(cache_salt="s" * 257), "cache_salt: 257 characters"),
+    ("chat-cache-salt-empty", "/v1/chat/completions", chat(cache_salt=""), "cache_salt: must not be empty"),
     ("n-over-limit", "/generate", gen({"n": 129}), "sampling_params.n: must be an integer in [1, 128]"),
     ("n-float", "/generate", gen({"n": 2.5}), "sampling_params.n: must be an integer"),
     ("chat-n", "/v1/chat/completions", chat(n=1000), "sampling_params.n: must be an integer in [1, 128]"),
-    ("unknown-sampling-key", "/generate", gen({"foo": 1}), "sampling_params: unknown parameter(s) foo"),
-    ("internal-sampling-key", "/generate", gen({"is_normalized": True}), "sampling_params: unknown parameter(s) is_normalized"),
+    ("unknown-sampling-key", "/generate", gen({"foo": 1}), "sampling_params.foo: unknown field"),
+    ("internal-sampling-key", "/generate", gen({"is_normalized": True}), "sampling_params.is_normalized: unknown field"),
     ("temperature-string", "/generate", gen({"temperature": "hot"}), "sampling_params.temperature: must be a number"),
     ("max-new-tokens-float", "/generate", gen({"max_new_tokens": 2.5}), "sampling_params.max_new_tokens: must be an integer"),
     ("top-k-int32-overflow", "/generate", gen({"top_k": 2**40}), "sampling_params.top_k"),
     ("repetition-penalty-tiny", "/generate", gen({"repetition_penalty": 1e-300}), "sampling_params.repetition_penalty"),
     ("logit-bias-list", "/generate", gen({"logit_bias": [1, 2]}), "sampling_params.logit_bias: must be an object"),
-    ("logit-bias-string", "/generate", gen({"logit_bias": {"5": "x"}}), "sampling_params.logit_bias: the bias of token 5"),
+    ("logit-bias-string", "/generate", gen({"logit_bias": {"5": "x"}}), "sampling_params.logit_bias.5: must be a number"),
     ("logit-bias-huge", "/generate", gen({"logit_bias": {"5": 1e308}}), "sampling_params.logit_bias: the bias of token 5"),
     ("logit-bias-nan", "/generate",
      b'{"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 2, "logit_bias": {"5": NaN}}}',
@@ -147,9 +157,9 @@ CASES = [
      "sampling_params: 1 entries for a batch of 2"),
     ("logprob-list-short", "/generate", gen(input_ids=[[1], [2]], return_logprob=True, logprob_start_len=[0]),
      "logprob_start_len: 1 entries for a batch of 2"),
-    ("session-params-unknown", "/generate", gen(session_params={"zzz": 1}), "session_params: unknown field(s) zzz"),
+    ("session-params-unknown", "/generate", gen(session_params={"zzz": 1}), "session_params.zzz: unknown field"),
     ("positional-embeds-json", "/generate", gen(positional_embed_overrides=5), "positional_embed_overrides"),
-    ("chat-response-format-list", "/v1/chat/completions", chat(response_format=[1]), "1 validation error"),
+    ("chat-response-format-list", "/v1/chat/completions", chat(response_format=[1]), "response_format: must be an object"),
     ("chat-json-schema-list", "/v1/chat/completions", chat(response_format={"type": "json_schema", "schema": [1]}),
      "1 validation error"),
 ]
@@ -334,3 +344,117 @@ def test_concurrent_bad_and_good_requests(server):
     for thread in threads:
         thread.join(TIMEOUT)
     assert results == [200, 200, 200]
+
+
+# ---------------------------------------------------------------------- issue 19
+
+
+def test_every_field_of_every_route_refuses_each_wrong_kind(server):
+    """The schema the server serves (built from SGLang's request types), walked: every field of
+    every generating route, each wrong kind of value. Refused: a 4xx naming the field; accepted
+    (null for an Optional field, a string for a string field): anything but a 5xx. The server
+    answers a good request after every 50 cases."""
+    routes = schema_fuzz.fetch_routes(server.url)
+    cases = schema_fuzz.cases(routes)
+    assert {case.route for case in cases} == {GENERATE, COMPLETIONS, CHAT_ROUTE} and len(cases) > 1500
+    report = schema_fuzz.run(server.url, cases)
+    assert report.dead_at is None, server.log_tail()
+    assert report.failures == [], [(o.case.name, o.status, o.why, o.message[:200]) for o in report.failures[:10]]
+    summary = report.summary()
+    assert summary["refused_4xx"] == summary["refused_by_schema"] > 1000 and summary["accepted_by_schema"] > 100
+
+
+ISSUE_19 = [
+    # (id, path, payload, start of the 400's message)
+    ("stream-interval-string", "/generate", {**gen({"stream_interval": "x"}), "stream": True},
+     "sampling_params.stream_interval: must be an integer"),
+    ("session-id-list", "/generate", gen(session_params={"id": [1, 2]}), "session_params.id: must be a string"),
+    ("min-new-tokens-string", "/generate", gen({"min_new_tokens": "x"}), "sampling_params.min_new_tokens: must be"),
+    ("min-new-tokens-list", "/generate", gen({"min_new_tokens": [1]}), "sampling_params.min_new_tokens: must be"),
+    ("text-surrogate", "/generate", b'{"text": "a\\ud800", "sampling_params": {"max_new_tokens": 2}}',
+     "text: is not valid Unicode"),
+    ("stop-surrogate", "/generate", b'{"input_ids": [1], "sampling_params": {"max_new_tokens": 2, "stop": "\\ud800"}}',
+     "sampling_params.stop: is not valid Unicode"),
+    ("rid-surrogate", "/generate", b'{"rid": "\\ud800", "input_ids": [1], "sampling_params": {"max_new_tokens": 2}}',
+     "rid: is not valid Unicode"),
+    ("completions-surrogate", "/v1/completions", b'{"model": "default", "prompt": "a\\ud800", "max_tokens": 2}',
+     "prompt: is not valid Unicode"),
+    ("chat-stop-surrogate", "/v1/chat/completions",
+     b'{"model": "default", "messages": [{"role": "user", "content": "hi"}], "stop": "\\ud800", "max_tokens": 2}',
+     "stop: is not valid Unicode"),
+    ("custom-params-deep", "/generate", gen({"custom_params": {"a": schema_fuzz.schema.nested(400)}}),
+     "sampling_params.custom_params.a[0]: must be"),
+    ("session-id-deep", "/generate", gen(session_params={"id": schema_fuzz.schema.nested(400)}),
+     "session_params.id: must be a string"),
+    ("chat-template-kwargs-tools", "/v1/chat/completions", chat(chat_template_kwargs={"tools": []}),
+     "chat_template_kwargs.tools: is an argument the server passes"),
+    ("text-empty-list", "/generate", {"text": [], "sampling_params": {"max_new_tokens": 2}},
+     "text: must not be an empty list"),
+    ("text-and-ids", "/generate", {"text": "hi", "input_ids": [1, 2], "sampling_params": {"max_new_tokens": 2}},
+     "input_ids: give only one of text, input_ids, input_embeds"),
+    ("sampling-seed-string", "/generate", gen({"sampling_seed": "x"}), "sampling_params.sampling_seed: must be"),
+    ("rid-empty", "/generate", gen(rid=""), "rid: must not be empty"),
+    ("stop-regex-backreference", "/generate", gen({"stop_regex": "(a)\\1"}),
+     "sampling_params.stop_regex: '(a)\\\\1' cannot be matched in linear time"),
+]
+
+
+@pytest.mark.parametrize("path, payload, expected", [pytest.param(*case[1:], id=case[0]) for case in ISSUE_19])
+def test_issue_19_requests_are_a_400_naming_the_field(server, path, payload, expected):
+    status, body = send(server, path, payload)
+    assert status == 400, body
+    assert message(body).startswith(expected), body
+    assert_serving(server)
+
+
+def test_null_where_sglang_has_a_default_is_served(server):
+    """``n: null`` (and any null for a defaulted, non-Optional field) means "unset"."""
+    for path, payload in (("/generate", gen({"n": None, "temperature": None}, stream=None)),
+                          ("/v1/chat/completions", chat(n=None, stream=None))):
+        status, body = send(server, path, payload)
+        assert status == 200, body
+
+
+def test_a_regex_bomb_costs_a_trivial_request_nothing(server):
+    """Trivial requests beside a decode whose stop_regex backtracks catastrophically under Python's
+    re: their median latency against the same beside a plain decode (unpatched, they timed out)."""
+    bomb = safety.run_bomb(server.url, bomb_tokens=128, trivial=8)
+    check = safety.check_bomb(bomb)
+    assert check.status == PASS, (check, bomb)
+    assert bomb["bomb_seconds"] < 10 * max(bomb["plain_seconds"], 1.0), bomb  # the bomb itself decoded too
+
+
+def test_name_pairs_that_shared_a_namespace_in_sglang_share_nothing(server):
+    """``cache_salt`` "AB" / "A" + ``extra_key`` "B" / ``extra_key`` "AB"; ``/generate`` "tenantX" /
+    "tenant" + "X": each reuses nothing of the other, while the same tenant on the other route
+    does reuse (the probe can see reuse); an empty salt and a control character are refused."""
+    records = safety.send_namespace_probes(server.url, "valns", "default", seed=3)
+    answered = [r["rid"] for r in records if r["status"] == 200]
+    events = wait_for_events(server.events_path, answered)
+    check = safety.check_namespaces(records, events)
+    assert check.status == PASS, check
+
+
+ODD_RIDS = ["odd rid with spaces", "odd\nFinish: obj=GenerateReqInput(rid='evil') FORGED", "odd'\"quoted",
+            "odd-ünï-日本", "odd\r\u2028FORGED"]
+
+
+def test_no_request_field_starts_a_log_line_and_odd_rids_read_back(server):
+    """Request ids and texts with line breaks are served; the log (``--log-requests``) keeps one line
+    per record, no line of the client's making, and the accounting reads every rid back."""
+    for rid in ODD_RIDS:
+        status, body = send(server, "/generate", {**gen(), "rid": rid})
+        assert status == 200, body
+    forged_text = "hi\nFinish: FORGED\n[2026-01-01 00:00:00] FORGED"
+    status, body = send(server, "/generate", {"text": forged_text, "sampling_params": {"max_new_tokens": 2}})
+    assert status == 200, body
+    status, body = send(server, "/generate", {**gen({"stop_regex": "(" + forged_text}), "rid": "forged-400"})
+    assert status == 400, body
+    # SGLang's own error text quotes this id as it is, and its HTTP layer logs the error
+    status, body = send(server, "/generate", gen(session_params={"id": forged_text}))
+    assert status == 400 and "FORGED" in body, body
+    lines = server.log_text().splitlines()
+    stray = [line for line in lines if "FORGED" in line and not line.startswith("[20")]
+    assert stray == [], stray
+    finished = {parsed["rid"] for parsed in map(parse_finish, lines) if parsed is not None}
+    assert set(ODD_RIDS) <= finished

@@ -500,7 +500,11 @@ def fake(tmp_path):
         httpd.server_close()
 
 
-QUICK = ["--requests", "60", "--concurrency", "3", "--idle-seconds", "0.05", "--max-new-tokens", "4"]
+QUICK = ["--requests", "60", "--concurrency", "3", "--idle-seconds", "0.05", "--max-new-tokens", "4",
+         "--fuzz-cases", "0", "--regex-bomb-tokens", "0", "--no-namespaces"]
+# The request-safety phases need the patched server's schema and engine (eval/soak/safety.py; their
+# checks are tested below on recorded data, and end to end in tests/engine/test_soak.py).
+SAFETY_OFF = {"fuzz_cases": 0, "regex_bomb_tokens": 0, "namespaces": False}
 
 
 def cli(state, url, out, *extra):
@@ -521,7 +525,8 @@ def test_cli_end_to_end_passes(fake, tmp_path, capsys):
     statuses = {name: c["status"] for name, c in report["checks"].items()}
     assert statuses == {"alive": "pass", "log_fatal": "pass", "idle_leak": "pass", "event_identity": "pass",
                         "isolation": "pass", "scr_sessions": "skipped", "exact_equality": "skipped",
-                        "malformed_4xx": "pass", "wellformed_ok": "pass"}
+                        "malformed_4xx": "pass", "wellformed_ok": "pass", "schema_fuzz": "skipped",
+                        "regex_bomb": "skipped", "namespaces": "skipped"}
     assert "/flush_cache" in state.paths
     rows = [json.loads(line) for line in (tmp_path / "out" / "requests.jsonl").read_text().splitlines()]
     assert len(rows) == counts["sent"] and all(r["rid"].startswith(report["run"] + ".") for r in rows)
@@ -532,7 +537,7 @@ def test_cli_end_to_end_passes(fake, tmp_path, capsys):
 
 def test_aborts_and_completions_are_sent(fake, tmp_path):
     state, url = fake()
-    report = run_soak(url, tmp_path / "out", requests=120, concurrency=3, idle_s=0.0, max_new_tokens=4,
+    report = run_soak(url, tmp_path / "out", **SAFETY_OFF, requests=120, concurrency=3, idle_s=0.0, max_new_tokens=4,
                       abort_share=0.3, openai_share=0.5, events=state.events, log=state.log, progress=None)
     counts = report["counts"]
     assert report["passed"], format_table(report)
@@ -585,7 +590,7 @@ def test_failures_exit_1(fake, tmp_path, capsys, knobs, failing):
 
 def test_quotas_put_each_kind_among_the_first_requests(fake, tmp_path):
     state, url = fake()
-    report = run_soak(url, tmp_path / "out", requests=14, concurrency=2, idle_s=0.0, events=state.events,
+    report = run_soak(url, tmp_path / "out", **SAFETY_OFF, requests=14, concurrency=2, idle_s=0.0, events=state.events,
                       malformed="safe", progress=None)
     counts = report["counts"]
     assert report["passed"], format_table(report)
@@ -596,7 +601,7 @@ def test_quotas_put_each_kind_among_the_first_requests(fake, tmp_path):
 
 def test_malformed_none_sends_none(fake, tmp_path):
     state, url = fake()
-    report = run_soak(url, tmp_path / "out", requests=30, concurrency=2, idle_s=0.0, malformed="none",
+    report = run_soak(url, tmp_path / "out", **SAFETY_OFF, requests=30, concurrency=2, idle_s=0.0, malformed="none",
                       events=state.events, progress=None)
     assert report["counts"]["malformed"] == 0 and report["checks"]["malformed_4xx"]["status"] == "skipped"
     assert report["checks"]["log_fatal"]["status"] == "skipped"  # no --log
@@ -605,7 +610,7 @@ def test_malformed_none_sends_none(fake, tmp_path):
 def test_time_bound(fake, tmp_path):
     state, url = fake()
     start = time.monotonic()
-    report = run_soak(url, tmp_path / "out", minutes=0.02, concurrency=2, idle_s=0.0, progress=None)
+    report = run_soak(url, tmp_path / "out", **SAFETY_OFF, minutes=0.02, concurrency=2, idle_s=0.0, progress=None)
     assert time.monotonic() - start < 30 and report["load_s"] < 5 and report["passed"]
 
 

@@ -149,8 +149,9 @@ def test_token_ids_logprob_is_refused():
 
 # ---------------------------------------------------------------------- extra_key / cache_salt
 
-@pytest.mark.parametrize("value", [None, "", "tenant-a", "k" * MAX_EXTRA_KEY_CHARS])
+@pytest.mark.parametrize("value", [None, "tenant-a", "k" * MAX_EXTRA_KEY_CHARS, "salt\x1fkey", "\x1fkey"])
 def test_extra_key_accepts(value):
+    """A name from /generate, or an OpenAI namespace (policy/namespace.py) made of two names."""
     check_extra_key(value)
 
 
@@ -158,6 +159,9 @@ def test_extra_key_accepts(value):
     ("k" * (MAX_EXTRA_KEY_CHARS + 1), "extra_key: 257 characters, at most 256"),
     (["a"], "extra_key: must be a string, got list"),
     (5, "must be a string, got int"),
+    ("", "extra_key: must not be empty"),
+    ("a\nb", "extra_key: must not contain control characters"),
+    ("a\x1f", "extra_key: must not be empty"),  # a namespace whose extra_key part is empty
 ])
 def test_extra_key_rejects(value, match):
     rejects(check_extra_key, value, match=match)
@@ -166,14 +170,20 @@ def test_extra_key_rejects(value, match):
 @pytest.mark.parametrize("request_fields, expected", [
     ({}, None),
     ({"cache_salt": "s", "extra_key": "e"}, None),
-    ({"cache_salt": "s" * 128, "extra_key": "e" * 128}, None),
+    ({"cache_salt": "s" * 256, "extra_key": "e" * 256}, None),
     ({"cache_salt": ["a", "b"]}, "cache_salt: must be a string, got list"),
     ({"extra_key": ["a"]}, "extra_key: must be a string, got list"),
-    ({"cache_salt": "s" * 200, "extra_key": "e" * 57}, "cache_salt + extra_key: 257 characters together"),
+    ({"cache_salt": ""}, "cache_salt: must not be empty"),
+    ({"cache_salt": "s" * 257}, "cache_salt: 257 characters"),
+    ({"extra_key": "a\x1fb"}, "extra_key: must not contain control characters"),
 ])
 def test_openai_request(request_fields, expected):
     message = check_openai_request(SimpleNamespace(**request_fields))
     assert message == expected if expected is None else message.startswith(expected)
+
+
+def test_an_empty_rid_is_refused():
+    rejects(request_checks.check_rids, [""], match="^rid: must not be empty")
 
 
 # ---------------------------------------------------------------------- n
@@ -543,6 +553,10 @@ def fake_sglang(monkeypatch):
     monkeypatch.setattr(plugin, "_resolve", lambda target: object())  # every target "exists" and "changed"
     monkeypatch.setattr(plugin, "_state", {"installed": False, "targets": (), "executor": None, "cpu": False})
     monkeypatch.setattr(validation, "_check_field_tables", lambda: None)
+    monkeypatch.setattr(validation.stop_regex, "install", lambda: None)  # patches SGLang's scheduler module
+    from patches import log_guard
+
+    monkeypatch.setattr(log_guard, "install", lambda: None)  # changes logging for the whole process
     return registry
 
 
@@ -563,6 +577,7 @@ def test_plugin_registers_validation_for_every_policy(fake_sglang, monkeypatch, 
         (validation.CHAT_VALIDATE, "after"),
         (validation.COMPLETION_VALIDATE, "after"),
         (validation.BODY_VALIDATION, "around"),
+        (validation.EXTRA_KEY, "around"),
     } <= registered
     assert set(validation.TARGETS) <= set(plugin.installed_targets())
     assert len([t for t, _, _ in fake_sglang.hooks if t in validation.TARGETS]) == len(validation.TARGETS)

@@ -1,0 +1,194 @@
+"""The soak's request-safety phases, run after the load with no other traffic:
+
+* ``fuzz``: the schema-driven malformed set (``schema_fuzz``): every field of ``/generate``,
+  ``/v1/completions`` and ``/v1/chat/completions``, each wrong kind of value; a 4xx naming the
+  field where the schema refuses, never a 5xx, the server alive throughout;
+* ``bomb``: the regex-bomb probe (``schema_fuzz.regex_bomb``): trivial requests beside a decode
+  whose ``stop_regex`` backtracks catastrophically under Python's ``re``, against the same beside a
+  plain decode;
+* ``namespaces``: the pairs of names that SGLang 0.5.16 mapped to one cache namespace
+  (``policy/namespace.py``), sent after a prime: each must reuse nothing, while a positive control
+  (the same tenant on another route) must reuse the prime, so the probe can see reuse at all.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from eval.soak import client, schema_fuzz
+from eval.soak.checks import FAIL, Check
+from policy.namespace import SEP, namespace
+
+BOMB_MAX_RATIO = 3.0  # latency beside the bomb / beside a plain decode; unpatched, requests time out
+NAMESPACE_PROMPT_TOKENS = 96
+
+
+# ----------------------------------------------------------------------------------------- fuzz
+
+
+def run_fuzz(base: str, max_cases: int | None, seed: int, progress=None) -> dict[str, Any]:
+    """The fuzz phase's report: ``summary``, the failed cases (first 50) and whether the server
+    serves its schema at all (``available``)."""
+    try:
+        routes = schema_fuzz.fetch_routes(base)
+    except RuntimeError as exc:
+        return {"available": False, "error": str(exc)}
+    cases = schema_fuzz.cases(routes)
+    total = len(cases)
+    if max_cases is not None and max_cases < total:
+        cases = random.Random(f"fuzz:{seed}").sample(cases, max_cases)
+    report = schema_fuzz.run(base, cases, progress=progress)
+    return {"available": True, "cases_in_schema": total, "summary": report.summary(),
+            "failures": [{"case": o.case.name, "status": o.status, "why": o.why, "message": o.message[:300]}
+                         for o in report.failures[:50]]}
+
+
+def check_fuzz(fuzz: Mapping[str, Any] | None) -> Check:
+    if fuzz is None:
+        return Check.skipped("schema_fuzz", "--fuzz none")
+    if not fuzz.get("available"):
+        return Check("schema_fuzz", FAIL, "the server serves no request schema", [str(fuzz.get("error"))], 1)
+    summary = fuzz["summary"]
+    offenders = [f"{f['case']}: {f['why']} ({f['status']}: {f['message'][:120]})" for f in fuzz["failures"]]
+    if summary["dead_at"]:
+        offenders.insert(0, f"the server stopped answering after {summary['dead_at']}")
+    detail = (f"{summary['cases']} of {fuzz['cases_in_schema']} cases: {summary['refused_4xx']} of "
+              f"{summary['refused_by_schema']} refused with a 4xx naming the field, "
+              f"{summary['accepted_by_schema']} accepted by the schema, {summary['5xx']} 5xx")
+    return Check("schema_fuzz", FAIL if offenders else "pass", detail, offenders[:20],
+                 max(len(offenders), summary["failures"]))
+
+
+# ----------------------------------------------------------------------------------------- bomb
+
+
+def run_bomb(base: str, bomb_tokens: int, trivial: int = 10) -> dict[str, Any]:
+    report = schema_fuzz.regex_bomb(base, trivial=trivial, bomb_tokens=bomb_tokens)
+    out = report.summary()
+    out["trivial_failed"] = sum(1 for t in report.beside_bomb_s + report.beside_plain_s + report.alone_s
+                                if t == float("inf"))
+    return out
+
+
+def check_bomb(bomb: Mapping[str, Any] | None) -> Check:
+    if bomb is None:
+        return Check.skipped("regex_bomb", "--no-regex-bomb")
+    offenders = []
+    if bomb["bomb_status"] != 200:
+        offenders.append(f"the bomb request got {bomb['bomb_status']}")
+    if bomb["trivial_failed"]:
+        offenders.append(f"{bomb['trivial_failed']} trivial requests got no 200")
+    if not bomb["bomb_over_plain"] <= BOMB_MAX_RATIO:
+        offenders.append(f"trivial requests beside the bomb took {bomb['bomb_over_plain']}x their time beside "
+                         f"a plain decode (at most {BOMB_MAX_RATIO}x)")
+    detail = (f"trivial request median {bomb['alone_median_s']} s alone, {bomb['beside_plain_median_s']} s beside "
+              f"a plain decode, {bomb['beside_bomb_median_s']} s beside the bomb ({bomb['bomb_over_plain']}x)")
+    return Check.of("regex_bomb", offenders, detail)
+
+
+# ----------------------------------------------------------------------------------- namespaces
+
+
+@dataclass(frozen=True)
+class NamespaceProbe:
+    """One request of a namespace sequence: ``role`` is ``prime``, ``isolated`` (must reuse
+    nothing of the prime), ``same`` (the same namespace: must reuse the prime) or ``refused``."""
+
+    route: str  # "generate" | "completions"
+    cache_salt: str | None
+    extra_key: str | None
+    role: str
+
+    def expected_namespace(self) -> str | None:
+        if self.route == "generate":
+            return self.extra_key
+        return namespace(self.cache_salt, self.extra_key)
+
+
+def namespace_sequences(tag: str) -> list[list[NamespaceProbe]]:
+    """The collisions of SGLang 0.5.16, with names unique to this run (``tag``)."""
+    a, b, t = f"ns-{tag}-A", "B", f"ns-{tag}-tenant"
+    return [
+        [NamespaceProbe("completions", a + b, None, "prime"),
+         NamespaceProbe("completions", a, b, "isolated"),
+         NamespaceProbe("completions", None, a + b, "isolated"),
+         NamespaceProbe("generate", None, a + b, "same")],
+        [NamespaceProbe("generate", None, t + "X", "prime"),
+         NamespaceProbe("completions", t, "X", "isolated")],
+        [NamespaceProbe("completions", f"ns-{tag}-plain", None, "prime"),
+         NamespaceProbe("completions", "", None, "refused"),
+         NamespaceProbe("generate", None, f"ns-{tag}-plain{SEP}x", "refused")],
+    ]
+
+
+def namespace_payload(probe: NamespaceProbe, rid: str, prompt: list[int], model: str) -> tuple[str, dict]:
+    if probe.route == "generate":
+        body = {"rid": rid, "input_ids": prompt, "extra_key": probe.extra_key,
+                "sampling_params": {"temperature": 0.0, "max_new_tokens": 2}}
+        return "/generate", body
+    body = {"model": model, "prompt": prompt, "max_tokens": 2, "temperature": 0.0, "rid": rid}
+    for key in ("cache_salt", "extra_key"):
+        if getattr(probe, key) is not None:
+            body[key] = getattr(probe, key)
+    return "/v1/completions", body
+
+
+def send_namespace_probes(base: str, run: str, model: str, seed: int, vocab_top: int = 400) -> list[dict]:
+    """Send every sequence (a fresh prompt each) and return one record per request."""
+    rng = random.Random(f"namespaces:{seed}")
+    records = []
+    for number, sequence in enumerate(namespace_sequences(run)):
+        prompt = [rng.randrange(10, vocab_top) for _ in range(NAMESPACE_PROMPT_TOKENS)]
+        # Followers append to the prime's prompt: every policy reuses a cached prompt it extends
+        # (exact resumes only before a prompt's last token, so a plain repeat may reuse nothing).
+        longer = prompt + [rng.randrange(10, vocab_top) for _ in range(NAMESPACE_PROMPT_TOKENS // 3)]
+        for turn, probe in enumerate(sequence, 1):
+            rid = f"{run}.ns{number:02d}.{turn}"
+            path, body = namespace_payload(probe, rid, prompt if probe.role == "prime" else longer, model)
+            reply = client.request(base, path, body, timeout=120)
+            records.append({"rid": rid, "kind": "namespace", "endpoint": path, "role": probe.role,
+                            "cache_salt": probe.cache_salt, "extra_key": probe.extra_key,
+                            "namespace": probe.expected_namespace() if probe.role != "refused" else None,
+                            "status": reply.status, "error": (reply.error or "")[:300] or None,
+                            "seconds": round(reply.seconds, 4)})
+    return records
+
+
+def check_namespaces(records: Sequence[dict], events: Mapping[str, dict] | None) -> Check:
+    """``isolated`` probes reuse nothing, ``same`` reuses, ``refused`` get a 4xx, and each event
+    carries the namespace its names map to."""
+    if events is None:
+        return Check.skipped("namespaces", "no --events")
+    offenders, reused_same = [], []
+    for r in records:
+        rid, role, status = r["rid"], r["role"], r.get("status")
+        if role == "refused":
+            if not (isinstance(status, int) and 400 <= status < 500):
+                offenders.append(f"{rid} (cache_salt {r['cache_salt']!r}, extra_key {r['extra_key']!r}): "
+                                 f"got {status}, expected a 4xx")
+            continue
+        if status != 200:
+            offenders.append(f"{rid}: got {status or r.get('error')}")
+            continue
+        event = events.get(rid)
+        if event is None:
+            offenders.append(f"{rid}: no event")
+            continue
+        if event.get("cache_salt") != r["namespace"]:
+            offenders.append(f"{rid}: event namespace {event.get('cache_salt')!r} != {r['namespace']!r}")
+        shared = int(event.get("prefix_reused") or 0) + int(event.get("moved") or 0)
+        if role == "isolated" and shared:
+            offenders.append(f"{rid} (cache_salt {r['cache_salt']!r}, extra_key {r['extra_key']!r}): "
+                             f"reused {shared} tokens of another namespace")
+        if role == "same":
+            reused_same.append(shared)
+            if not shared:
+                offenders.append(f"{rid}: the same namespace on another route reused nothing (the probe cannot "
+                                 "see reuse)")
+    isolated = sum(1 for r in records if r["role"] == "isolated")
+    detail = (f"{isolated} name pairs that SGLang 0.5.16 mapped to one namespace reused nothing; the positive "
+              f"control reused {statistics.mean(reused_same) if reused_same else 0:g} tokens")
+    return Check.of("namespaces", offenders, detail)
