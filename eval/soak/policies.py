@@ -60,14 +60,23 @@ def summary_row(policy: str, report: dict) -> dict:
     """The README's columns for one policy."""
     counts = report["counts"]
     failed = [name for name, check in report["checks"].items() if check["status"] == "fail"]
+    safety = report.get("safety") or {}
+    fuzz = (safety.get("fuzz") or {}).get("summary") or {}
+    bomb = safety.get("bomb") or {}
     return {"policy": policy, "sent": counts["sent"], "ok": counts["ok"], "aborted": counts["aborted"],
             "malformed": counts["malformed"], "4xx": counts["4xx"], "5xx": counts["5xx"],
-            "no_status": counts["no_status"], "load_s": report["load_s"], "wall_s": report["wall_s"], "result": "PASS" if report["passed"] else "FAIL " + ",".join(failed)}
+            "no_status": counts["no_status"],
+            "fuzz": f"{fuzz.get('refused_4xx', 0)}/{fuzz.get('refused_by_schema', 0)}+{fuzz.get('accepted_by_schema', 0)}"
+            if fuzz else "-",
+            "fuzz_5xx": fuzz.get("5xx", "-"), "bomb_x": bomb.get("bomb_over_plain", "-"),
+            "namespaces": report["checks"].get("namespaces", {}).get("status", "-"),
+            "load_s": report["load_s"], "wall_s": report["wall_s"],
+            "result": "PASS" if report["passed"] else "FAIL " + ",".join(failed)}
 
 
 def format_summary(rows: list[dict]) -> str:
-    columns = ["policy", "sent", "ok", "aborted", "malformed", "4xx", "5xx", "no_status", "load_s", "wall_s",
-               "result"]
+    columns = ["policy", "sent", "ok", "aborted", "malformed", "4xx", "5xx", "no_status", "fuzz", "fuzz_5xx",
+               "bomb_x", "namespaces", "load_s", "wall_s", "result"]
     lines = ["  ".join(f"{c:>9}" for c in columns)]
     lines += ["  ".join(f"{row[c]!s:>9}" for c in columns) for row in rows]
     return "\n".join(lines)

@@ -2,7 +2,8 @@
 ``python -m eval.soak.policies`` runs it: a time-bounded multi-tenant load with aborts, malformed
 requests and fresh-salt replays, then every check of the soak (alive, no fatal log line, SGLang's
 strict idle leak check, event identity, isolation, scr's sessions per salt, exact's cached = cold
-bit for bit, 4xx for malformed, no 5xx).
+bit for bit, 4xx for malformed, no 5xx), and the request-safety phases (200 cases of the schema
+fuzz, the regex bomb beside trivial requests, the namespace pairs; eval/soak/safety.py).
 
 Malformed set ``all``: stock SGLang's own 400s plus every kind only the overlay's validation
 rejects (token ids outside the vocabulary, negative ids, absurd logprob fields, over-long keys).
@@ -25,7 +26,7 @@ pytestmark = pytest.mark.engine
 # Prompts up to 1,800 tokens (scr still gets >= 1,024-token common prefixes); malformed_share 0.15
 # (default 0.07) so that many kinds are sent even when a busy machine serves few requests.
 SOAK = dict(minutes=0.4, concurrency=3, tenants=3, malformed="all", malformed_share=0.15,
-            exact_sample=3, final_probes=2, max_new_tokens=8, idle_s=5.0,
+            exact_sample=3, final_probes=2, max_new_tokens=8, idle_s=5.0, fuzz_cases=200, regex_bomb_tokens=64,
             conversation=ConversationConfig(max_prompt=1800))
 
 
@@ -41,5 +42,8 @@ def test_soak(tiny_model_dir, policy):
     assert {"id_over_vocab", "id_negative"} <= set(counts["malformed_by_kind"]), counts["malformed_by_kind"]
     assert counts["probes"] >= 1 and counts["turns_completions"] >= 1, table
     assert measured["prefix_reused"] > 0, measured  # the conversations do hit the cache
+    # the request-safety phases ran (a pass of each is part of report["passed"])
+    assert {report["checks"][name]["status"] for name in ("schema_fuzz", "regex_bomb", "namespaces")} == {"pass"}
+    assert report["safety"]["fuzz"]["summary"]["cases"] == 200, report["safety"]
     if policy != "scr":
         assert measured["moved"] == 0
