@@ -34,6 +34,7 @@ import sys
 import time
 from pathlib import Path
 
+from eval.arms import Arm, ArmError, baseline, parse_arms, parse_concurrency, sweep
 from eval.server import ServerProcess, wait_for_events
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,19 +53,27 @@ def trace_sizes(calls) -> tuple[int, int]:
     return context_len, min(2_000_000, sum(len(c.prompt_ids) + len(c.completion_ids) for c in calls) + context_len)
 
 
-def serving_args(policy: str, context_len: int, pool_tokens: int, concurrency: int) -> list[str]:
-    """Launcher arguments of ``policy`` for a trace with prompts up to ``context_len`` tokens."""
-    common = ["--context-length", str(context_len), "--max-total-tokens", str(pool_tokens),
-              "--max-running-requests", str(max(2, concurrency)), "--max-mamba-cache-size", "4096",
-              "--skip-server-warmup", "--cache-policy", policy]
-    if policy == "exact":
-        return [*common, "--chunked-prefill-size", str(PIECE), "--cache-policy-set", f"piece_tokens={PIECE}",
-                "--cache-policy-set", f"retain_every={RETAIN}"]
-    if policy == "scr":
-        return [*common, "--chunked-prefill-size", str(CHUNK),
-                "--cache-policy-set", f"side_sessions={concurrency + 4}",
-                "--cache-policy-set", f"side_tokens={context_len}"]
-    return [*common, "--chunked-prefill-size", str(CHUNK)]
+def bench_settings(arm: Arm, context_len: int, concurrency: int) -> dict[str, str]:
+    """The policy settings an arm runs with: the benchmark's serving configuration (exact: B = 832,
+    R = 6,656; scr: a side slot per conversation in flight plus 4, each as long as the context),
+    then the arm's own settings, which win."""
+    defaults = {
+        "exact": {"piece_tokens": str(PIECE), "retain_every": str(RETAIN)},
+        "scr": {"side_sessions": str(concurrency + 4), "side_tokens": str(context_len)},
+    }.get(arm.policy, {})
+    return {**defaults, **dict(arm.settings)}
+
+
+def serving_args(arm: Arm | str, context_len: int, pool_tokens: int, concurrency: int) -> list[str]:
+    """Launcher arguments of ``arm`` (a policy name: its defaults) for a trace with prompts up to
+    ``context_len`` tokens. exact reads in pieces of its B, the others in 512-token chunks."""
+    arm = arm if isinstance(arm, Arm) else Arm(arm, arm)
+    settings = bench_settings(arm, context_len, concurrency)
+    chunk = settings["piece_tokens"] if arm.policy == "exact" else str(CHUNK)
+    return ["--context-length", str(context_len), "--max-total-tokens", str(pool_tokens),
+            "--max-running-requests", str(max(2, concurrency)), "--max-mamba-cache-size", "4096",
+            "--skip-server-warmup", "--cache-policy", arm.policy, "--chunked-prefill-size", chunk,
+            *(arg for key, value in settings.items() for arg in ("--cache-policy-set", f"{key}={value}"))]
 
 
 def trace_edited(calls) -> set[str]:
@@ -81,14 +90,14 @@ def trace_edited(calls) -> set[str]:
     return edited
 
 
-def exact_agreement(calls, events: dict[str, dict], run: str) -> dict:
+def exact_agreement(calls, events: dict[str, dict], run: str, piece: int = PIECE, retain: int = RETAIN) -> dict:
     """Calls whose reuse under exact equals ``exact_cache.replay``'s prediction, replaying the
     prompts in the order the server queued them (events' ``queued_ts``) with each event's cap."""
     from exact_cache.replay import replay
 
     by_rid = {call.rid(run): call for call in calls}
     order = sorted((e for e in events.values() if e["rid"] in by_rid), key=lambda e: e["queued_ts"])
-    predicted = replay([by_rid[e["rid"]].prompt_ids for e in order], piece=PIECE, retain_every=RETAIN,
+    predicted = replay([by_rid[e["rid"]].prompt_ids for e in order], piece=piece, retain_every=retain,
                        caps=[e.get("match_cap") for e in order])
     differ = [{"rid": e["rid"], "served": e["prefix_reused"], "predicted": p}
               for e, p in zip(order, predicted) if e["prefix_reused"] != p]
@@ -112,8 +121,8 @@ def radix_sensitivity(calls, chunks=(128, 256, 512, 1024, 2048)) -> dict[int, fl
     return {chunk: sum(radix_prefix_estimate(calls, chunk=chunk)) / prompt for chunk in chunks}
 
 
-def run_policy(policy: str, model_dir: Path, calls, out: Path, concurrency: int, run: str) -> dict:
-    """Serve ``policy``, replay the trace into ``out``, stop, ingest with every check."""
+def run_arm(arm: Arm, model_dir: Path, calls, out: Path, concurrency: int, run: str) -> dict:
+    """Serve ``arm``, replay the trace into ``out``, stop, ingest with every check."""
     from eval.replay.run import replay
     from eval.report import ingest
     from eval.soak import client
@@ -121,7 +130,8 @@ def run_policy(policy: str, model_dir: Path, calls, out: Path, concurrency: int,
     out.mkdir(parents=True, exist_ok=True)
     for name in ("events.jsonl", "client.jsonl"):
         (out / name).unlink(missing_ok=True)
-    args = [*serving_args(policy, *trace_sizes(calls), concurrency), "--cache-events", str(out / "events.jsonl")]
+    context_len, pool = trace_sizes(calls)
+    args = [*serving_args(arm, context_len, pool, concurrency), "--cache-events", str(out / "events.jsonl")]
     server = ServerProcess(model_path=str(model_dir), log_path=out / "server.log", extra_args=args,
                            env={"SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE": "1"}).start()
     started = time.monotonic()
@@ -135,11 +145,14 @@ def run_policy(policy: str, model_dir: Path, calls, out: Path, concurrency: int,
         events = wait_for_events(out / "events.jsonl", [c.rid(run) for c in calls], timeout=60)
     finally:
         server.stop()
-    rows, failures = ingest(out / "events.jsonl", out / "report", client_path=out / "client.jsonl", policy=policy)
-    result = {"policy": policy, "replay_s": round(wall, 1), "checks_failed": failures,
-              "server_args": args, "fatal_lines": server.fatal_lines()[:5]}
-    if policy == "exact":
-        result["exact_prediction"] = exact_agreement(calls, events, run)
+    rows, failures = ingest(out / "events.jsonl", out / "report", client_path=out / "client.jsonl", policy=arm.policy)
+    result = {"arm": arm.name, "policy": arm.policy, "settings": dict(arm.settings), "concurrency": concurrency,
+              "replay_s": round(wall, 1), "checks_failed": failures, "server_args": args,
+              "fatal_lines": server.fatal_lines()[:5]}
+    if arm.policy == "exact":
+        settings = bench_settings(arm, context_len, concurrency)
+        result["exact_prediction"] = exact_agreement(calls, events, run, int(settings["piece_tokens"]),
+                                                     int(settings["retain_every"]))
     (out / "bench.json").write_text(json.dumps(result, indent=2) + "\n")
     return result
 
@@ -179,32 +192,47 @@ def synth_default(path: Path, questions: int, seed: int, small: bool = False) ->
                     "--seed", str(seed), *(["--small"] if small else [])], check=True)
 
 
-def bench(trace_path: Path, out: Path, policies: list[str], concurrency: int, model_dir: Path,
+def bench(trace_path: Path, out: Path, arms: list[Arm], concurrency: int | list[int], model_dir: Path,
           run: str = "bench") -> dict:
+    """Every arm at every concurrency, one server at a time; one table per concurrency (ratios to
+    that concurrency's radix arm)."""
     from eval.accounting.compare import compare, read_run
     from eval.traces import read_trace
 
     calls = read_trace(trace_path)
     edited = trace_edited(calls)
-    results, edited_by_policy = {}, {}
-    for policy in policies:
-        print(f"{PROG}: {policy}: serving and replaying {len(calls)} calls", file=sys.stderr, flush=True)
-        results[policy] = run_policy(policy, model_dir, calls, out / policy, concurrency, run)
-        rows, _ = read_run(out / policy / "report")
-        edited_by_policy[policy] = edited_shares(rows, edited, run)
-    compared = compare({p: out / p / "report" for p in policies}, out / "compare")
+    concurrencies = [concurrency] if isinstance(concurrency, int) else list(concurrency)
+    swept = sweep(arms, concurrencies)
+    results, edited_by_arm = {}, {}
+    for arm in swept:
+        print(f"{PROG}: {arm.name} ({arm.describe()}, concurrency {arm.concurrency}): serving and replaying "
+              f"{len(calls)} calls", file=sys.stderr, flush=True)
+        results[arm.name] = run_arm(arm, model_dir, calls, out / arm.name, arm.concurrency, run)
+        rows, _ = read_run(out / arm.name / "report")
+        edited_by_arm[arm.name] = edited_shares(rows, edited, run)
     questions = len({c.conversation for c in calls})
-    text = headline(results, compared["table"], edited_by_policy, questions, len(edited), compared["baseline"])
+    texts, compared_all = [], {}
+    for c in concurrencies:
+        group = [a for a in swept if a.concurrency == c]
+        base = baseline(group)
+        folder = out / ("compare" if len(concurrencies) == 1 else f"compare-c{c}")
+        compared = compare({a.name: out / a.name / "report" for a in group}, folder, baseline=base.name)
+        compared_all[c] = compared
+        texts.append(f"### concurrency {c}\n\n" + headline({a.name: results[a.name] for a in group}, compared["table"],
+                                                           edited_by_arm, questions, len(edited), base.name)
+                     + "\n\n" + compared["markdown"])
     sensitivity = radix_sensitivity(calls)
-    text += "\n\nradix prefix share by recurrent-state spacing (offline estimate, no_buffer): " + ", ".join(
-        f"{chunk}: {share:.1%}" for chunk, share in sensitivity.items())
-    (out / "table.md").write_text(text + "\n\n" + compared["markdown"] + "\n")
+    text = "\n\n".join(texts) + "\n\nradix prefix share by recurrent-state spacing (offline estimate, no_buffer): " + \
+        ", ".join(f"{chunk}: {share:.1%}" for chunk, share in sensitivity.items())
+    (out / "table.md").write_text(text + "\n")
     summary = {"trace": str(trace_path), "calls": len(calls), "questions": questions, "edited_calls": len(edited),
-               "results": results, "edited_shares": edited_by_policy, "radix_sensitivity": sensitivity,
-               "compare": str(out / "compare")}
+               "arms": [{"name": a.name, "policy": a.policy, "settings": dict(a.settings), "concurrency": a.concurrency}
+                        for a in swept],
+               "results": results, "edited_shares": edited_by_arm, "radix_sensitivity": sensitivity,
+               "tables": {c: compared["table"] for c, compared in compared_all.items()}}
     (out / "bench.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
     print(text)
-    print(f"-> {out / 'table.md'}, {out / 'compare'}")
+    print(f"-> {out / 'table.md'}")
     return summary
 
 
@@ -229,13 +257,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--questions", type=int_at_least(1), default=DEFAULT_QUESTIONS, metavar="N",
                         help="questions of the generated set")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, metavar="S", help="seed of the generated set")
-    parser.add_argument("--policies", type=name_list(POLICIES), default=",".join(POLICIES), metavar="LIST",
-                        help="comma-separated policies")
-    parser.add_argument("--concurrency", type=int_at_least(1), default=4, metavar="N", help="conversations in flight")
+    parser.add_argument("--policies", type=name_list(POLICIES), default=None, metavar="LIST",
+                        help="comma-separated policies, each with its defaults (shorthand for --arm P=P ...)")
+    parser.add_argument("--arm", action="append", default=None, metavar="NAME=POLICY[:KEY=VALUE,...]",
+                        help="an arm: a name, a policy and its settings (--cache-policy-set keys), repeatable; "
+                        "default: radix, exact and scr with their defaults (eval/arms.py)")
+    parser.add_argument("--concurrency", default="4", metavar="N[,N...]",
+                        help="conversations in flight; a list (1,4) runs every arm at each (default 4)")
     parser.add_argument("--model", type=existing_dir, default=None, metavar="DIR",
                         help="model directory (default: the long-context tiny model, built once under .artifacts)")
     args = parser.parse_args(argv)
-    policies = args.policies
+    if args.policies and args.arm:
+        parser.error("give --policies or --arm, not both")
+    try:
+        arms = parse_arms(args.arm or ([f"{p}={p}" for p in args.policies] if args.policies else None))
+        concurrencies = parse_concurrency(args.concurrency)
+    except ArmError as exc:
+        parser.error(str(exc))
     args.out.mkdir(parents=True, exist_ok=True)
     trace = args.trace
     if trace is None:
@@ -243,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         if not trace.exists():
             synth_default(trace, args.questions, args.seed)
     model_dir = args.model or cached_build(ROOT / ".artifacts", max_positions=131072)
-    summary = bench(trace, args.out, policies, args.concurrency, model_dir)
+    summary = bench(trace, args.out, arms, concurrencies, model_dir)
     failed = any(r["checks_failed"] or r.get("exact_prediction", {}).get("share", 1.0) < 1.0
                  for r in summary["results"].values())
     return 1 if failed else 0

@@ -58,7 +58,8 @@ class ScrRuntime:
         """H7: session match, diff and block plan (``Runner.admit``)."""
         if is_retracted or req.finished() or req.to_finish is not None:
             return
-        refusal = self.core.admit(req, req.rid, tuple(req.origin_input_ids), req.extra_key)
+        refusal = self.core.admit(req, req.rid, tuple(req.origin_input_ids), req.extra_key,
+                                  getattr(req, "session_id", None))
         if refusal is not None:
             req.set_finish_with_abort(refusal)
 

@@ -54,12 +54,14 @@ class Intercept:
         return sum(block.num_rows for block in self.blocks)
 
 
-def intercept(table: SessionTable, tokens: Sequence[int], knobs: RequestKnobs, config: ScrConfig) -> Intercept:
-    """Admit, diff and plan one new request (mutates ``table``: the session now holds ``tokens``)."""
+def intercept(table: SessionTable, tokens: Sequence[int], knobs: RequestKnobs, config: ScrConfig,
+              identity: str | None = None) -> Intercept:
+    """Admit, diff and plan one new request (mutates ``table``: the session now holds ``tokens``).
+    ``identity``: the conversation the request names (``sessions.request_identity``), or None."""
     cfg = knobs.apply(config)
     if knobs.off or not cfg.enabled:
         return Intercept("off", cfg)
-    admission = table.admit(tokens, knobs.namespace)
+    admission = table.admit(tokens, knobs.namespace, identity)
     session = admission.session
     old = admission.previous_tokens
     if not old or session.side_slot is None:

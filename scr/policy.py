@@ -19,7 +19,7 @@ from policy.api import Arrival, Plan, PolicyDefaults, Release
 from policy.radix import tree_hit_plan
 from scr.intercept import Intercept, intercept
 from scr.knobs import parse_request_knobs
-from scr.sessions import Dropped, SessionTable, Store
+from scr.sessions import Dropped, SessionTable, Store, request_identity
 from scr.settings import ScrConfig
 
 
@@ -56,7 +56,8 @@ class ScrPolicy(PolicyDefaults):
 
     # ------------------------------------------------------------------ SCR's own decisions
 
-    def admit(self, tokens: Sequence[int], cache_salt: str | None) -> Intercept:
+    def admit(self, tokens: Sequence[int], cache_salt: str | None, rid: str = "",
+              session_id: str | None = None) -> Intercept:
         """§4.2: attach a new request to its conversation and plan what to relocate.
 
         Raises ``scr.kvreuse_env.UnsupportedKnob`` (a ``ValueError``), before any session changes, when
@@ -64,7 +65,8 @@ class ScrPolicy(PolicyDefaults):
         It is not caught here: the scheduler glue fails that one request with the message, rather
         than serving it with full SCR, which the client did not ask for.
         """
-        return intercept(self.sessions, tokens, parse_request_knobs(cache_salt), self.config)
+        identity = request_identity(self.config.session_identity, rid, session_id)
+        return intercept(self.sessions, tokens, parse_request_knobs(cache_salt), self.config, identity)
 
     def relocation_guard(self, outcome: Intercept, old_start: int, rows: int,
                          new_ids: Sequence[int]) -> RelocationGuard:

@@ -149,13 +149,14 @@ class Runner:
 
     # ------------------------------------------------------------------ enqueue (§4.2)
 
-    def admit(self, req, rid: str, tokens: tuple[int, ...], cache_salt: str | None) -> str | None:
+    def admit(self, req, rid: str, tokens: tuple[int, ...], cache_salt: str | None,
+              session_id: str | None = None) -> str | None:
         """H7: admit a new request to its session and, for a plan, arm its cursor. Returns the
         message to refuse the request with (a per-request knob this port cannot serve), or None."""
         if rid in self.requests:
             return None
         try:
-            outcome = self.policy.admit(tokens, cache_salt)
+            outcome = self.policy.admit(tokens, cache_salt, rid, session_id)
         except UnsupportedKnob as exc:
             return f"cache_salt: {exc}"  # the client gets a 400 naming it
         except Exception as exc:  # noqa: BLE001 - a failed admission serves the request plainly

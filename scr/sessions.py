@@ -40,6 +40,7 @@ class Session:
     side_ids: tuple[int, ...] = ()  # token ids of those rows: previous prompt + reply, committed
     state_tokens: int = -1  # tokens the saved recurrent state covers; -1 = none or stale
     inflight: int = 0  # requests of this conversation currently in the engine
+    identity: str | None = None  # the conversation the requests named (``session_identity``), None: by content
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +48,7 @@ class MatchReport:
     """Outcome of ``SessionTable.match_report``, with the counts of the authors' ``match:`` debug line."""
 
     session: Session | None
-    reason: str  # "matched" | "no_candidate" | "below_floor" | "ambiguous"
+    reason: str  # "matched" | "no_candidate" | "below_floor" | "ambiguous" | "identity" (named by the request)
     candidates: int = 0  # same namespace, non-empty previous prompt
     short: int = 0  # common prefix below match_min_tokens
     weak: int = 0  # prefix share and overlap both low
@@ -151,7 +152,8 @@ class SessionTable:
         return self.match_report(tokens, namespace).session
 
     def match_report(self, tokens: Sequence[int], namespace: str | None) -> MatchReport:
-        """``match`` with the counts behind the decision (§4.3). Pure."""
+        """``match`` with the counts behind the decision (§4.3). Pure. Sessions that a request named
+        (``identity``) are not candidates: their conversation says which requests belong to them."""
         cfg = self._config
         window = tokens[: cfg.match_window]
         # The new prompt's count table is built once per request, not per candidate.
@@ -162,7 +164,7 @@ class SessionTable:
         best_unslotted = 0.0
         for session in self._sessions.values():
             # None matches only None: a salt never sees another salt's sessions.
-            if session.key != namespace or not session.token_ids:
+            if session.key != namespace or not session.token_ids or session.identity is not None:
                 continue
             counts["candidates"] += 1
             verdict, n, r_all = self._score(session.token_ids, window, new_counts, len(tokens))
@@ -204,19 +206,27 @@ class SessionTable:
             return MatchReport(None, "ambiguous", **report)
         return MatchReport(best, "matched", **report)
 
-    def admit(self, tokens: Sequence[int], namespace: str | None) -> Admission:
+    def by_identity(self, namespace: str | None, identity: str) -> MatchReport:
+        """The session the request names (``session_identity`` is not "content"), or none yet."""
+        for session in self._sessions.values():
+            if session.key == namespace and session.identity == identity:
+                return MatchReport(session, "identity", candidates=1)
+        return MatchReport(None, "no_candidate")
+
+    def admit(self, tokens: Sequence[int], namespace: str | None, identity: str | None = None) -> Admission:
         """Attach a new request to its session (§4.2 steps 4-7); mutates the table.
 
         Finds the session (or creates one), makes it the newest, stores ``tokens`` as its prompt
         (the spec stores it at the end of the intercept on every path; nothing in between reads
         it), counts the request in flight, then evicts over ``max_sessions`` (§4.4). Not called
-        for ``kvreuse:off`` requests.
+        for ``kvreuse:off`` requests. ``identity``: the conversation the request names
+        (``request_identity``); its session is found by that name, never by content.
         """
-        report = self.match_report(tokens, namespace)
+        report = self.by_identity(namespace, identity) if identity is not None else self.match_report(tokens, namespace)
         session = report.session
         created = session is None
         if session is None:
-            session = Session(sid=f"s{self._next_id:06d}", key=namespace)
+            session = Session(sid=f"s{self._next_id:06d}", key=namespace, identity=identity)
             self._next_id += 1
             self._sessions[session.sid] = session
         else:
@@ -320,3 +330,14 @@ def _quick_ratio(old: Sequence[int], new_counts: Counter, new_len: int) -> float
     matches = sum((Counter(old) & new_counts).values())
     total = len(old) + new_len
     return 2.0 * matches / total if total else 1.0
+
+
+def request_identity(mode: str, rid: str, session_id: str | None) -> str | None:
+    """The conversation a request names under ``session_identity`` = ``mode``, or None (content
+    matching): SGLang's ``session_id`` field, or the rid up to its last "." (``<run>.<conv>.<turn>``
+    as the replay and the BCP harness write them; ``eval.cluster`` routes on the same prefix)."""
+    if mode == "session_id":
+        return session_id or None
+    if mode == "rid":
+        return rid.rpartition(".")[0] or None
+    return None

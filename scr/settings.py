@@ -26,6 +26,7 @@ from policy.registry import parse_value
 
 SsmMode = Literal["fork", "strict", "none"]
 SsmSnap = Literal["prefill_end", "release"]
+SessionIdentity = Literal["content", "session_id", "rid"]
 Check = tuple[Callable[[Any], bool], str]
 
 
@@ -98,11 +99,19 @@ class ScrConfig:
                               "KVREUSE_T6_GUARD")
     ssm: bool = _setting(True, "keep the recurrent-state shadow; off declines fork/strict on hybrids (§9)",
                          "KVREUSE_SSM")
-    # Ours, not the authors': False keeps relocated rows out of the shared radix tree (their README's
-    # design); True caches a relocated request like any other, relocated rows included (their code).
-    relocated_in_tree: bool = _setting(False, "cache relocated rows in the radix tree like any other "
-                                       "(the authors' code) instead of keeping them out (their README)",
-                                       "KVREUSE_RELOCATED_IN_TREE", "ours", overlay="their code: True (§7.5)")
+    # The authors' code caches a relocated request like any other, relocated rows and forked state
+    # included (§7.5, §15.1); False (ours, an ablation) keeps them out of the shared radix tree, as
+    # their README describes.
+    relocated_in_tree: bool = _setting(True, "cache relocated rows and the forked state in the radix tree like any "
+                                       "other request (the authors' code); False keeps them out (their README's "
+                                       "sentence; an ablation)", "KVREUSE_RELOCATED_IN_TREE", "§7.5, §15.1")
+    # Ours, beyond the authors: where a request's conversation comes from. "content" is theirs
+    # (§4.3: the best-overlapping session of the namespace); "session_id" takes SGLang's request
+    # field ``session_id``, "rid" the rid up to its last "." (as eval.cluster routes); a request
+    # without one is matched by content.
+    session_identity: SessionIdentity = _setting("content", "where a request's session comes from: content "
+                                                 "matching (the authors'), the request's session_id, or its rid "
+                                                 "up to the last '.'", "KVREUSE_SESSION_IDENTITY", "ours")
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any]) -> "ScrConfig":

@@ -61,8 +61,10 @@ def bench_parser() -> Parser:
     parser.add_argument("--small", action="store_true",
                         help="generate the small preset (eval.traces synth --small: 6,144-token budget, short "
                              "documents; about 15 calls and 53k prompt tokens per question)")
-    parser.add_argument("--policies", type=name_list(("radix", "exact", "scr")), default="exact,scr", metavar="LIST",
-                        help="comma-separated policies")
+    parser.add_argument("--policies", type=name_list(("radix", "exact", "scr")), default=None, metavar="LIST",
+                        help="comma-separated policies, each with its defaults (default: exact,scr)")
+    parser.add_argument("--arm", action="append", default=None, metavar="NAME=POLICY[:KEY=VALUE,...]",
+                        help="an arm, as eval.bench_policies takes it (repeatable; instead of --policies)")
     parser.add_argument("--workers", type=int_at_least(1), default=2, metavar="N", help="workers behind the router")
     parser.add_argument("--router-policies", type=name_list(ROUTER_POLICIES), default="manual,cache_aware",
                         metavar="LIST", help="router policies to measure, one cluster run each")
@@ -104,7 +106,13 @@ def bench(argv: list[str]) -> int:
     from eval.cluster.bench import bench as run_bench, failed
     from eval.tiny_model import cached_build
 
-    args = bench_parser().parse_args(argv)
+    from eval.arms import parse_arms
+
+    parser = bench_parser()
+    args = parser.parse_args(argv)
+    if args.policies and args.arm:
+        parser.error("give --policies or --arm, not both")
+    arms = parse_arms(args.arm or [f"{p}={p}" for p in (args.policies or ["exact", "scr"])])
     # SIGTERM unwinds like Ctrl-C, so every server and the router are stopped on the way out.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     args.out.mkdir(parents=True, exist_ok=True)
@@ -114,7 +122,7 @@ def bench(argv: list[str]) -> int:
         if not trace.exists():
             synth_default(trace, args.questions, args.seed, args.small)
     model = args.model or cached_build(ROOT / ".artifacts", max_positions=131072)
-    results = run_bench(trace, args.out, args.policies, args.workers, args.router_policies, args.concurrency, model)
+    results = run_bench(trace, args.out, arms, args.workers, args.router_policies, args.concurrency, model)
     problems = failed(results)
     for problem in problems:
         print(f"{PROG} bench: CHECK FAILED {problem}", file=sys.stderr)

@@ -2,7 +2,9 @@
 
 Per policy, one run after the other (never two runs at once on a small machine):
 
-1. **single**: ``eval.bench_policies.run_policy``: one server, the trace replayed with forced
+Each run is an arm (``eval/arms.py``: a name, a policy and its settings, as ``eval.bench_policies`` takes them).
+
+1. **single**: ``eval.bench_policies.run_arm``: one server, the trace replayed with forced
    decoding, events ingested with every check, and for ``exact`` the calls whose reuse equals
    ``exact_cache.replay``'s prediction;
 2. **cluster**, once per router policy: ``Cluster`` (N workers with the same serving flags, the
@@ -28,6 +30,7 @@ import sys
 import time
 from pathlib import Path
 
+from eval.arms import Arm
 from eval.cluster.affinity import load, served_by, split_conversations
 from eval.cluster.cluster import Cluster
 from eval.server import wait_for_events_in
@@ -35,7 +38,8 @@ from eval.server import wait_for_events_in
 SHARES = ("prefix_reused_share", "moved_share", "read_share")
 
 
-def per_worker_prediction(calls, events: dict[str, list[dict]], where: dict[str, str], run: str) -> dict:
+def per_worker_prediction(calls, events: dict[str, list[dict]], where: dict[str, str], run: str,
+                          piece: int, retain: int) -> dict:
     """exact: per worker, the calls whose reuse equals ``exact_cache.replay`` over the calls that
     worker admitted (in its queue order), and the totals."""
     from eval.bench_policies import exact_agreement
@@ -43,16 +47,19 @@ def per_worker_prediction(calls, events: dict[str, list[dict]], where: dict[str,
     result, equal, total = {}, 0, 0
     for worker, rows in events.items():
         mine = [c for c in calls if where.get(c.rid(run)) == worker]
-        agreement = exact_agreement(mine, {e["rid"]: e for e in rows}, run)
+        agreement = exact_agreement(mine, {e["rid"]: e for e in rows}, run, piece, retain)
         result[worker] = agreement
         equal, total = equal + agreement["equal"], total + agreement["calls"]
     return {"per_worker": result, "equal": equal, "calls": total}
 
 
-def run_cluster(policy: str, model_dir: Path, calls, out: Path, workers: int, concurrency: int, run: str,
+def run_cluster(arm: Arm | str, model_dir: Path, calls, out: Path, workers: int, concurrency: int, run: str,
                 router_policy: str) -> dict:
-    """Serve ``policy`` on ``workers`` workers behind the router, replay, stop, ingest, measure."""
-    from eval.bench_policies import serving_args, trace_sizes
+    """Serve ``arm`` (or a policy name, with its defaults) on ``workers`` workers behind the router,
+    replay, stop, ingest, measure."""
+    from eval.bench_policies import bench_settings, serving_args, trace_sizes
+
+    arm = arm if isinstance(arm, Arm) else Arm(arm, arm)
     from eval.cluster.router_client import for_router
     from eval.replay.run import replay
     from eval.report import ingest
@@ -60,7 +67,7 @@ def run_cluster(policy: str, model_dir: Path, calls, out: Path, workers: int, co
 
     out.mkdir(parents=True, exist_ok=True)
     (out / "client.jsonl").unlink(missing_ok=True)
-    args = serving_args(policy, *trace_sizes(calls), concurrency)
+    args = serving_args(arm, *trace_sizes(calls), concurrency)
     affinity = router_policy == "manual"
     cluster = Cluster(str(model_dir), out, workers, args, router_policy,
                       env={"SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE": "1"}).start()
@@ -77,14 +84,17 @@ def run_cluster(policy: str, model_dir: Path, calls, out: Path, workers: int, co
     finally:
         cluster.stop()
     rows, failures = ingest(list(cluster.events_paths().values()), out / "report", client_path=out / "client.jsonl",
-                            policy=policy)
+                            policy=arm.policy)
     where = served_by(events)
-    result = {"policy": policy, "router_policy": router_policy, "workers": workers, "replay_s": round(wall, 1),
+    result = {"arm": arm.name, "policy": arm.policy, "settings": dict(arm.settings), "router_policy": router_policy,
+              "workers": workers, "replay_s": round(wall, 1),
               "checks_failed": failures, "server_args": args, "fatal_lines": cluster.fatal_lines(),
               "split_conversations": split_conversations(where), "load": load(where, events),
               "conversations": len({c.conversation for c in calls})}
-    if policy == "exact":
-        result["exact_prediction"] = per_worker_prediction(calls, events, where, run)
+    if arm.policy == "exact":
+        settings = bench_settings(arm, trace_sizes(calls)[0], concurrency)
+        result["exact_prediction"] = per_worker_prediction(calls, events, where, run, int(settings["piece_tokens"]),
+                                                           int(settings["retain_every"]))
     (out / "cluster.json").write_text(json.dumps(result, indent=2) + "\n")
     return result
 
@@ -103,9 +113,9 @@ def max_gap_points(a: dict[str, float], b: dict[str, float]) -> float:
 
 
 def table(results: dict[str, dict], calls: int) -> str:
-    """One column per (policy, arm); rows as in README's "More than one server"."""
-    columns = [(policy, arm) for policy, arms in results.items() for arm in arms]
-    head = [f"{policy} {arm}" for policy, arm in columns]
+    """One column per (arm, setup); rows as in README's "More than one server"."""
+    columns = [(name, setup) for name, setups in results.items() for setup in setups]
+    head = [f"{name} {setup}" for name, setup in columns]
     lines = [f"{calls} calls; the tiny random model on CPU (cache machinery and routing, not quality)", "",
              "| | " + " | ".join(head) + " |", "|---|" + "---:|" * len(columns)]
 
@@ -126,25 +136,27 @@ def table(results: dict[str, dict], calls: int) -> str:
     return "\n".join(lines)
 
 
-def bench(trace_path: Path, out: Path, policies: list[str], workers: int, router_policies: list[str],
+def bench(trace_path: Path, out: Path, arms: list[Arm | str], workers: int, router_policies: list[str],
           concurrency: int, model_dir: Path, run: str = "cluster") -> dict:
-    from eval.bench_policies import run_policy
+    """``arms``: ``Arm`` values, or policy names (each with its defaults)."""
+    from eval.bench_policies import run_arm
     from eval.traces import read_trace
 
     calls = read_trace(trace_path)
     results: dict[str, dict] = {}
-    for policy in policies:
-        print(f"eval.cluster bench: {policy}: one server", file=sys.stderr, flush=True)
-        single = run_policy(policy, model_dir, calls, out / policy / "single", concurrency, run)
-        single["shares"] = shares(out / policy / "single" / "report")
-        results[policy] = {"single": single}
+    for arm in (a if isinstance(a, Arm) else Arm(a, a) for a in arms):
+        print(f"eval.cluster bench: {arm.name} ({arm.describe()}): one server", file=sys.stderr, flush=True)
+        single = run_arm(arm, model_dir, calls, out / arm.name / "single", concurrency, run)
+        single["shares"] = shares(out / arm.name / "single" / "report")
+        results[arm.name] = {"single": single}
         for router_policy in router_policies:
-            arm = f"{workers}w-{router_policy}"
-            print(f"eval.cluster bench: {policy}: router ({router_policy}) + {workers} workers", file=sys.stderr,
+            setup = f"{workers}w-{router_policy}"
+            print(f"eval.cluster bench: {arm.name}: router ({router_policy}) + {workers} workers", file=sys.stderr,
                   flush=True)
-            result = run_cluster(policy, model_dir, calls, out / policy / arm, workers, concurrency, run, router_policy)
-            result["shares"] = shares(out / policy / arm / "report")
-            results[policy][arm] = result
+            result = run_cluster(arm, model_dir, calls, out / arm.name / setup, workers, concurrency, run,
+                                 router_policy)
+            result["shares"] = shares(out / arm.name / setup / "report")
+            results[arm.name][setup] = result
     text = table(results, len(calls))
     (out / "table.md").write_text(text + "\n")
     (out / "cluster_bench.json").write_text(json.dumps(results, indent=2, default=str) + "\n")

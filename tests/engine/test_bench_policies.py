@@ -12,6 +12,7 @@ import json
 import pytest
 
 from eval import bench_policies
+from eval.arms import parse_arms
 from eval.traces import read_trace, write_trace
 from eval.traces.synth import load_tokenizer, synthesize_small
 from tests.conftest import ARTIFACTS
@@ -30,7 +31,7 @@ def test_bench_on_the_small_set(small_trace):
     from eval.tiny_model import cached_build
 
     out = ARTIFACTS / "bench-small"
-    summary = bench_policies.bench(small_trace, out, list(bench_policies.POLICIES), concurrency=2,
+    summary = bench_policies.bench(small_trace, out, parse_arms(None), concurrency=2,
                                    model_dir=cached_build(ARTIFACTS, max_positions=131072))
     calls = read_trace(small_trace)
     results = summary["results"]

@@ -310,24 +310,56 @@ def test_a_queue_splice_in_a_round_a_phase1_request_owns(server, ref):
 # ---------------------------------------------------------------------------------------------- relocated rows in the tree
 
 
+def test_relocated_in_tree_and_its_next_append(server, ref):
+    """The default, ``relocated_in_tree=1`` (the authors' code): turn 2's relocated rows and its final
+    state enter the tree; turn 3 appends, resumes from them and must equal the reference continuing
+    turn 2."""
+    cuts = [(1400, 1600)]
+    _, second, two, blocks, expected = run_two_turns(server, ref, 191, cuts, "tree")
+    check(two, expected, "relocated_in_tree=1, turn 2")
+    third = second + two["output_ids"] + prompt_ids(193, 40)
+    three = ask(server, third, "tree.3")
+    event = wait_for_events(server.events_path, ["tree.3"])["tree.3"]
+    committed = len(second) + TOKENS - 1
+    assert event["prefix_reused"] == committed and event["moved"] == 0, event
+    resumed = Conversation(ref).serve(third, three["output_ids"], prefix=expected.cache)
+    check(three, resumed, "relocated_in_tree=1, next append from the tree")
+
+
+def test_a_second_edit_inside_the_relocated_rows(server, ref):
+    """Turn 3 deletes a stretch inside the rows turn 2 relocated (and that sit in the tree): the
+    tree serves only what was read exactly before turn 2's stop, phase 1 reads up to the new stop,
+    and the rows after the deletion (turn 2's own relocated rows) move again."""
+    cuts = [(1400, 1600)]
+    conversation, second, two, blocks, expected = run_two_turns(server, ref, 221, cuts, "inside")
+    check(two, expected, "turn 2 before an edit inside its relocated rows")
+    assert blocks[0].stop == 1400 and blocks[0].rows > 400
+    third = second[:1700] + second[1800:] + prompt_ids(223, 40)  # [1700, 1800) is inside [1400, 1400 + rows)
+    three = ask(server, third, "inside.3")
+    event = wait_for_events(server.events_path, ["inside.3"])["inside.3"]
+    blocks3 = relocations(server, "inside.3")
+    assert blocks3 and blocks3[0].stop == 1700 and blocks3[0].old_start == 1800, blocks3
+    assert event["prefix_reused"] <= 1400 and event["moved"] == sum(b.rows for b in blocks3), event
+    check(three, conversation.serve(third, three["output_ids"], blocks3), "turn 3 edits inside relocated rows")
+
+
 @pytest.fixture(scope="module")
-def tree_server(tiny_model_dir, tmp_path_factory):
-    server = start_scr(tiny_model_dir, tmp_path_factory, "scr_ref_tree", ["--cache-policy-set", "relocated_in_tree=1"])
+def notree_server(tiny_model_dir, tmp_path_factory):
+    server = start_scr(tiny_model_dir, tmp_path_factory, "scr_ref_notree", ["--cache-policy-set", "relocated_in_tree=0"])
     yield server
     server.stop()
     assert server.fatal_lines() == [], server.log_tail()
 
 
-def test_relocated_in_tree_and_its_next_append(tree_server, ref):
-    """``relocated_in_tree=1`` (the authors' code): turn 2's relocated rows and its final state enter
-    the tree; turn 3 appends, resumes from them and must equal the reference continuing turn 2."""
+def test_without_relocated_rows_in_the_tree_the_next_append_rereads(notree_server, ref):
+    """The ablation ``relocated_in_tree=0`` (their README's sentence): the tree keeps only what was
+    read exactly, so the append after a relocated turn resumes at or before the stop and reads the
+    rest: a plain read's values."""
     cuts = [(1400, 1600)]
-    _, second, two, blocks, expected = run_two_turns(tree_server, ref, 191, cuts, "tree")
-    check(two, expected, "relocated_in_tree=1, turn 2")
-    third = second + two["output_ids"] + prompt_ids(193, 40)
-    three = ask(tree_server, third, "tree.3")
-    event = wait_for_events(tree_server.events_path, ["tree.3"])["tree.3"]
-    committed = len(second) + TOKENS - 1
-    assert event["prefix_reused"] == committed and event["moved"] == 0, event
-    resumed = Conversation(ref).serve(third, three["output_ids"], prefix=expected.cache)
-    check(three, resumed, "relocated_in_tree=1, next append from the tree")
+    _, second, two, blocks, expected = run_two_turns(notree_server, ref, 231, cuts, "notree")
+    check(two, expected, "relocated_in_tree=0, turn 2")
+    third = second + two["output_ids"] + prompt_ids(233, 40)
+    three = ask(notree_server, third, "notree.3")
+    event = wait_for_events(notree_server.events_path, ["notree.3"])["notree.3"]
+    assert event["prefix_reused"] <= blocks[0].stop and event["moved"] == 0, event
+    check(three, cold(ref, third, three["output_ids"]), "relocated_in_tree=0, next append re-reads")

@@ -236,17 +236,17 @@ def test_kvreuse_off_matches_radix_exactly(off_pair):
 
 
 def test_relocated_rows_in_the_tree_serve_the_next_append(scr_server, tiny_model_dir, tmp_path_factory):
-    """``relocated_in_tree=1`` (the authors' code): the edited turn is cached like any request,
-    relocated rows included, so the append turn after it hits the tree past the first stop; with
-    the default (the module's server, its tree flushed first), the tree holds only what phase 1
-    read exactly (up to the first stop)."""
+    """The default, ``relocated_in_tree=1`` (the authors' code; the module's server, its tree flushed
+    first): the edited turn is cached like any request, relocated rows included, so the append turn
+    after it hits the tree past the first stop. The ablation ``relocated_in_tree=0`` keeps in the
+    tree only what phase 1 read exactly (up to the first stop)."""
     first, second, _ = conversation(91)
     fourth = second + prompt_ids(92, 30)
     hits = {}
     for setting in ("0", "1"):
-        server = scr_server if setting == "0" else _server(
-            tiny_model_dir, tmp_path_factory, "tree1",
-            ["--cache-policy", "scr", *SIDE, "--cache-policy-set", "relocated_in_tree=1"])
+        server = scr_server if setting == "1" else _server(
+            tiny_model_dir, tmp_path_factory, "tree0",
+            ["--cache-policy", "scr", *SIDE, "--cache-policy-set", "relocated_in_tree=0"])
         try:
             server.flush_cache()
             run_turns(server, [first, second, fourth], f"tree{setting}")

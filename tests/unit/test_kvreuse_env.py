@@ -95,7 +95,8 @@ def test_env_gives_the_defaults(env):
         pytest.param("KVREUSE_MATCH_AMBIG_MARGIN", "0", "match_ambig_margin", 0.0, id="MATCH_AMBIG_MARGIN-0"),
         pytest.param("KVREUSE_T6_GUARD", "0", "t6_guard", False, id="T6_GUARD-0"),
         pytest.param("KVREUSE_SSM", "0", "ssm", False, id="SSM-0"),
-        pytest.param("KVREUSE_RELOCATED_IN_TREE", "1", "relocated_in_tree", True, id="RELOCATED_IN_TREE-1"),
+        pytest.param("KVREUSE_RELOCATED_IN_TREE", "0", "relocated_in_tree", False, id="RELOCATED_IN_TREE-0"),
+        pytest.param("KVREUSE_SESSION_IDENTITY", "rid", "session_identity", "rid", id="SESSION_IDENTITY-rid"),
         pytest.param("KVREUSE_MAX_BLOCKS", " 3 ", "max_blocks", 3, id="int-python-int-strips-spaces"),
         pytest.param("KVREUSE_MATCH_MIN_RATIO", "1", "match_min_ratio", 1.0, id="float-from-int-text"),
     ],
@@ -161,6 +162,8 @@ def test_env_enabled_requires_exactly_1(raw, expected):
         pytest.param("KVREUSE_SSM", "-1", "KVREUSE_SSM='-1' (ssm): expected 0 or 1", id="SSM-neg"),
         pytest.param("KVREUSE_RELOCATED_IN_TREE", "yes", "KVREUSE_RELOCATED_IN_TREE='yes' (relocated_in_tree): "
                      "expected 0 or 1", id="RELOCATED_IN_TREE-yes"),
+        pytest.param("KVREUSE_SESSION_IDENTITY", "conversation", "KVREUSE_SESSION_IDENTITY='conversation' "
+                     "(session_identity): expected one of content, session_id, rid", id="SESSION_IDENTITY-word"),
     ],
 )  # fmt: skip
 def test_env_invalid(var, raw, message):

@@ -474,3 +474,43 @@ def test_a_plan_pins_its_side_slot_and_generation():
     assert outcome.kind == "plan"
     assert (outcome.side_slot, outcome.slot_generation) == (0, 1)
     assert table.holds(sid, outcome.side_slot, outcome.slot_generation)
+
+
+# ---------------------------------------------------------------- session identity from the request (ours)
+
+from scr.sessions import request_identity  # noqa: E402
+
+
+def test_conversations_the_requests_name_never_merge():
+    """Identical content under two names: two sessions (content matching would merge them)."""
+    table = table_with()
+    a = table.admit(r(0, 2000), None, "run.q0001")
+    table.finish(a.session.sid, r(0, 2000))
+    b = table.admit(r(0, 2000), None, "run.q0002")
+    assert b.created and b.session.sid != a.session.sid and b.match.reason == "no_candidate"
+    by_content = table.admit(r(0, 2000) + [1], None)  # no name: content matching, named sessions excluded
+    assert by_content.created
+
+
+def test_a_named_conversation_continues_whatever_its_content():
+    table = table_with()
+    first = table.admit(r(0, 2000), None, "run.q0001")
+    table.finish(first.session.sid, r(0, 2000))
+    again = table.admit(r(9000, 9100), None, "run.q0001")  # shares nothing: content matching would refuse
+    assert not again.created and again.session.sid == first.session.sid and again.match.reason == "identity"
+    assert again.previous_tokens == tuple(r(0, 2000))
+    other_salt = table.admit(r(0, 2000), "tenant", "run.q0001")  # a name is per namespace
+    assert other_salt.created
+
+
+@pytest.mark.parametrize("mode, rid, session_id, expected", [
+    ("content", "run.q1.3", "s", None),
+    ("session_id", "run.q1.3", "conv-7", "conv-7"),
+    ("session_id", "run.q1.3", None, None),
+    ("session_id", "run.q1.3", "", None),
+    ("rid", "run.q1.3", None, "run.q1"),
+    ("rid", "plainrid", None, None),
+    ("rid", "a b.c.0", None, "a b.c"),
+])
+def test_request_identity(mode, rid, session_id, expected):
+    assert request_identity(mode, rid, session_id) == expected

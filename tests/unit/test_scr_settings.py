@@ -48,7 +48,8 @@ README = Path(__file__).resolve().parents[2] / "scr" / "README.md"
         pytest.param("match_ambig_margin", 0.15, id="match_ambig_margin-0.15"),
         pytest.param("t6_guard", True, id="t6_guard-on"),
         pytest.param("ssm", True, id="ssm-shadow-on"),
-        pytest.param("relocated_in_tree", False, id="relocated_in_tree-False"),
+        pytest.param("relocated_in_tree", True, id="relocated_in_tree-True"),
+        pytest.param("session_identity", "content", id="session_identity-content"),
     ],
 )
 def test_default(name, expected):
@@ -59,7 +60,7 @@ def test_default(name, expected):
 def test_default_cases_cover_every_field():
     marks = test_default.pytestmark[0].args[1]
     assert [case.values[0] for case in marks] == NAMES
-    assert len(NAMES) == 30
+    assert len(NAMES) == 31
 
 
 @pytest.mark.parametrize("key", ["help", "env", "spec"])
