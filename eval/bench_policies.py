@@ -34,6 +34,7 @@ import sys
 import time
 from pathlib import Path
 
+from eval.accounting.causes import attribute, classify, relocation_read_bound
 from eval.arms import Arm, ArmError, baseline, parse_arms, parse_concurrency, sweep
 from eval.server import ServerProcess, wait_for_events
 
@@ -157,6 +158,21 @@ def run_arm(arm: Arm, model_dir: Path, calls, out: Path, concurrency: int, run: 
     return result
 
 
+def relocated_blocks(log_path: Path) -> dict[str, list[tuple[int, int]]]:
+    """rid -> ``[(stop, rows)]`` of each relocated block, from the server log's splice lines."""
+    from eval.accounting.server_log import parse_log
+
+    with open(log_path, errors="replace") as f:
+        parsed = parse_log(f)
+    return {rid: [(s["stop"], s["relocated"]) for s in splices] for rid, splices in parsed.splices.items()}
+
+
+def cause_cells(result: dict, key: str) -> str:
+    """``template / edit / rollback / other`` points of ``key`` (moved or read) for one arm."""
+    causes = result.get("causes") or {}
+    return " / ".join(f"{causes.get(c, {}).get(f'{key}_points', 0.0):.1f}" for c in ("template", "edit", "rollback", "other"))
+
+
 def headline(results: dict[str, dict], table: dict[str, dict], edited: dict[str, dict], questions: int,
              edited_calls: int, baseline: str) -> str:
     """The benchmark's own table: shares, edited (per the trace) shares, PFLOPs, wall time."""
@@ -176,12 +192,30 @@ def headline(results: dict[str, dict], table: dict[str, dict], edited: dict[str,
         ("exact: calls equal to exact_cache.replay",
          lambda n: (f"{results[n]['exact_prediction']['equal']}/{results[n]['exact_prediction']['calls']}"
                     if "exact_prediction" in results[n] else "")),
+        ("moved points by cause: template / edit / rollback / other", lambda n: cause_cells(results[n], "moved")),
+        ("read points by cause: template / edit / rollback / other", lambda n: cause_cells(results[n], "read")),
+        ("read points of appends / first calls", lambda n: " / ".join(
+            f"{(results[n].get('causes') or {}).get(c, {}).get('read_points', 0.0):.1f}" for c in ("append", "first"))),
+        ("scr: read only for want of a state inside relocated rows (offline bound), points",
+         lambda n: f"{results[n]['relocation_read_bound']['points']:.1f}" if "relocation_read_bound" in results[n]
+         else ""),
         ("checks", lambda n: "pass" if not results[n]["checks_failed"] else f"FAILED ({len(results[n]['checks_failed'])})"),
     ]
     lines = [f"{questions} questions; the tiny random model on CPU (cost side only, not quality)", "",
              "| | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
     lines += [f"| {label} | " + " | ".join(cell(n) for n in names) + " |" for label, cell in rows]
     return "\n".join(lines)
+
+
+def default_model(trace_path: Path) -> Path:
+    """The long-context tiny model whose tokenizer wrote ``trace_path``: Qwen3.6's own (248,320
+    embedding rows) when an id is past the tiny tokenizer's vocabulary, else the tiny one."""
+    from eval.tiny_model import VOCAB_SIZE, cached_build
+    from eval.traces import read_trace
+
+    largest = max((max(c.prompt_ids + c.completion_ids, default=0) for c in read_trace(trace_path)), default=0)
+    tokenizer = "qwen" if largest >= VOCAB_SIZE else "tiny"
+    return cached_build(ROOT / ".artifacts", max_positions=131072, tokenizer=tokenizer)
 
 
 def synth_default(path: Path, questions: int, seed: int, small: bool = False) -> None:
@@ -203,6 +237,7 @@ def bench(trace_path: Path, out: Path, arms: list[Arm], concurrency: int | list[
     edited = trace_edited(calls)
     concurrencies = [concurrency] if isinstance(concurrency, int) else list(concurrency)
     swept = sweep(arms, concurrencies)
+    causes = classify(calls)
     results, edited_by_arm = {}, {}
     for arm in swept:
         print(f"{PROG}: {arm.name} ({arm.describe()}, concurrency {arm.concurrency}): serving and replaying "
@@ -210,6 +245,10 @@ def bench(trace_path: Path, out: Path, arms: list[Arm], concurrency: int | list[
         results[arm.name] = run_arm(arm, model_dir, calls, out / arm.name, arm.concurrency, run)
         rows, _ = read_run(out / arm.name / "report")
         edited_by_arm[arm.name] = edited_shares(rows, edited, run)
+        results[arm.name]["causes"] = attribute(rows, causes, run)
+        if arm.policy == "scr":
+            results[arm.name]["relocation_read_bound"] = relocation_read_bound(
+                calls, {r["rid"]: r for r in rows}, relocated_blocks(out / arm.name / "server.log"), run)
     questions = len({c.conversation for c in calls})
     texts, compared_all = [], {}
     for c in concurrencies:
@@ -247,7 +286,6 @@ DESCRIPTION = (
 
 def main(argv: list[str] | None = None) -> int:
     from eval.cli_types import Parser, existing_dir, existing_file, int_at_least, name_list
-    from eval.tiny_model import cached_build
 
     parser = Parser(prog=PROG, description=DESCRIPTION + "\n\nExit status: 0 every check passed, "
                     "1 a check failed (or exact's reuse differed from its prediction), 2 a usage error.")
@@ -280,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         trace = args.out / f"trace-q{args.questions}-s{args.seed}.jsonl"
         if not trace.exists():
             synth_default(trace, args.questions, args.seed)
-    model_dir = args.model or cached_build(ROOT / ".artifacts", max_positions=131072)
+    model_dir = args.model or default_model(trace)
     summary = bench(trace, args.out, arms, concurrencies, model_dir)
     failed = any(r["checks_failed"] or r.get("exact_prediction", {}).get("share", 1.0) < 1.0
                  for r in summary["results"].values())

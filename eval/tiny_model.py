@@ -175,10 +175,18 @@ RESIDUAL_OUT_GAIN = 1.0 / math.sqrt(2 * NUM_LAYERS)
 QK_NORM_WEIGHT = 1.0
 
 
-def check_options(vocab_size: int, max_positions: int) -> None:
+QWEN_VOCAB_SIZE = 248_320  # Qwen3.6-27B's padded vocabulary
+TOKENIZERS = ("tiny", "qwen")  # the 480-token BPE of this module; Qwen3.5/3.6's own (eval/qwen_tokenizer.py)
+QWEN_TOKENIZER_SIZE = 248_077  # 248,044 base ids + 33 special tokens
+
+
+def check_options(vocab_size: int, max_positions: int, tokenizer: str = "tiny") -> None:
     """ValueError naming the option when a variant cannot be built or served."""
-    if not isinstance(vocab_size, int) or vocab_size < TOKENIZER_SIZE:
-        raise ValueError(f"vocab_size {vocab_size!r} is smaller than the tokenizer's {TOKENIZER_SIZE} tokens")
+    if tokenizer not in TOKENIZERS:
+        raise ValueError(f"tokenizer {tokenizer!r}: one of {', '.join(TOKENIZERS)}")
+    size = QWEN_TOKENIZER_SIZE if tokenizer == "qwen" else TOKENIZER_SIZE
+    if not isinstance(vocab_size, int) or vocab_size < size:
+        raise ValueError(f"vocab_size {vocab_size!r} is smaller than the {tokenizer} tokenizer's {size} tokens")
     if not isinstance(max_positions, int) or max_positions < 1:
         raise ValueError(f"max_positions {max_positions!r} must be a positive integer")
 
@@ -352,15 +360,22 @@ def _patch_config_json(path: Path) -> None:
 
 
 def build(out_dir: str | Path, seed: int = 0, *, vocab_size: int = VOCAB_SIZE,
-          max_positions: int = MAX_POSITIONS) -> Path:
-    """Build tokenizer + chat template + random bf16 model into out_dir (created if needed). Returns the path."""
+          max_positions: int = MAX_POSITIONS, tokenizer: str = "tiny") -> Path:
+    """Build tokenizer + chat template + random bf16 model into out_dir (created if needed). Returns the path.
+    ``tokenizer="qwen"``: Qwen3.5/3.6's own tokenizer (``eval/qwen_tokenizer.py``); ``vocab_size``
+    must then cover its 248,077 ids (Qwen3.6-27B pads to 248,320)."""
     import torch
     from transformers import GenerationConfig, Qwen3_5Config, Qwen3_5ForConditionalGeneration
 
-    check_options(vocab_size, max_positions)
+    check_options(vocab_size, max_positions, tokenizer)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tokenizer(out, model_max_length=max_positions)
+    if tokenizer == "qwen":
+        from eval import qwen_tokenizer
+
+        tokenizer = qwen_tokenizer.build(out, model_max_length=max_positions)
+    else:
+        tokenizer = build_tokenizer(out, model_max_length=max_positions)
     eos_id = tokenizer.convert_tokens_to_ids(EOS_TOKEN)
     pad_id = tokenizer.convert_tokens_to_ids(PAD_TOKEN)
     if len(tokenizer) > vocab_size:
@@ -462,13 +477,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vocab-size", type=int, default=VOCAB_SIZE,
                         help=f"embedding rows, at least the tokenizer's {TOKENIZER_SIZE} (default {VOCAB_SIZE}; "
                         "151936 or 248320 to replay real Qwen token ids)")
+    parser.add_argument("--tokenizer", choices=TOKENIZERS, default="tiny",
+                        help="tiny: the 480-token BPE (default); qwen: Qwen3.5/3.6's own (eval/qwen_tokenizer.py; "
+                        f"give --vocab-size {QWEN_VOCAB_SIZE})")
     parser.add_argument("--no-check", action="store_true", help="skip the fp32 reload/generation sanity check")
     args = parser.parse_args(argv)
     try:
-        check_options(args.vocab_size, args.max_positions)
+        check_options(args.vocab_size, args.max_positions, args.tokenizer)
     except ValueError as exc:
         parser.error(str(exc))
-    out = build(args.out_dir, seed=args.seed, vocab_size=args.vocab_size, max_positions=args.max_positions)
+    out = build(args.out_dir, seed=args.seed, vocab_size=args.vocab_size, max_positions=args.max_positions,
+                tokenizer=args.tokenizer)
     print(f"built {out} (seed {args.seed}, vocab {args.vocab_size}, positions {args.max_positions}); "
           f"tokenizer corpus sha256 {corpus_sha256()}")
     for name, digest in sha256_files(out).items():
@@ -484,37 +503,45 @@ def main(argv: list[str] | None = None) -> int:
 
 
 
-def cached_name(max_positions: int = MAX_POSITIONS, vocab_size: int = VOCAB_SIZE) -> str:
-    """``tiny-model-<digest>[-p<positions>][-v<vocab>]``: the digest is of this builder and its
-    template (a changed builder gets a new directory); a non-default option adds its suffix, so
+def cached_name(max_positions: int = MAX_POSITIONS, vocab_size: int = VOCAB_SIZE, tokenizer: str = "tiny") -> str:
+    """``tiny-model-<digest>[-p<positions>][-v<vocab>][-qwen]``: the digest is of this builder and
+    its template (a changed builder gets a new directory); a non-default option adds its suffix, so
     the variants coexist and the default keeps its plain name."""
     sources = [Path(__file__).resolve(), CHAT_TEMPLATE_PATH]
+    if tokenizer == "qwen":
+        sources.append(Path(__file__).resolve().with_name("qwen_tokenizer.py"))
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()[:12]
     name = f"tiny-model-{digest}"
     if max_positions != MAX_POSITIONS:
         name += f"-p{max_positions}"
     if vocab_size != VOCAB_SIZE:
         name += f"-v{vocab_size}"
+    if tokenizer != "tiny":
+        name += f"-{tokenizer}"
     return name
 
 
-def cached_build(artifacts: str | Path, *, max_positions: int = MAX_POSITIONS, vocab_size: int = VOCAB_SIZE) -> Path:
+def cached_build(artifacts: str | Path, *, max_positions: int = MAX_POSITIONS, vocab_size: int | None = None,
+                 tokenizer: str = "tiny") -> Path:
     """The model built under ``artifacts`` once per content of this builder and per options.
 
     The demo and the tests share it; ``cached_build(artifacts, max_positions=LONG_CONTEXT_POSITIONS)``
-    is the long-context variant.
+    is the long-context variant, ``tokenizer="qwen"`` the one that reads Qwen3.6's own token ids
+    (``vocab_size`` then defaults to the real model's 248,320 rows).
     """
     import shutil
 
-    check_options(vocab_size, max_positions)
+    if vocab_size is None:
+        vocab_size = QWEN_VOCAB_SIZE if tokenizer == "qwen" else VOCAB_SIZE
+    check_options(vocab_size, max_positions, tokenizer)
     artifacts = Path(artifacts)
-    name = cached_name(max_positions, vocab_size)
+    name = cached_name(max_positions, vocab_size, tokenizer)
     target = artifacts / name
     if not (target / "config.json").exists():
         print(f"[tiny-model] building into {target}", flush=True)
         scratch = artifacts / f"{name}.partial"
         shutil.rmtree(scratch, ignore_errors=True)
-        build(scratch, vocab_size=vocab_size, max_positions=max_positions)
+        build(scratch, vocab_size=vocab_size, max_positions=max_positions, tokenizer=tokenizer)
         scratch.rename(target)
     return target
 

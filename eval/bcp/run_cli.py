@@ -27,10 +27,11 @@ def _add_run_inputs(run: argparse.ArgumentParser) -> None:
     run.add_argument("--index", metavar="DIR", type=Path, default=None,
                      help="bm25s index directory: loaded when it holds this corpus's index, else built and "
                           "saved there (not saved when left out)")
-    run.add_argument("--snippet-tokenizer", default="auto", metavar="auto|words|DIR",
+    run.add_argument("--snippet-tokenizer", default="auto", metavar="auto|words|qwen|DIR",
                      help="what the search tool's snippets are cut by: 'auto' is the served model's tokenizer "
                           "when it is a local directory (else words, with a warning), 'words' whitespace words, "
-                          "DIR a local tokenizer directory (BCP: Qwen3-0.6B's)")
+                          "'qwen' Qwen3.5/3.6's own tokenizer (built offline, eval/qwen_tokenizer.py), DIR a local "
+                          "tokenizer directory (BCP: Qwen3-0.6B's)")
     run.add_argument("--limit", metavar="N", type=int_at_least(1), default=None, help="only the first N questions")
     run.add_argument("--subset", metavar="N", type=int_at_least(1), default=None,
                      help="a stable seeded subset of N questions (applied before --limit)")

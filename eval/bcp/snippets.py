@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 AUTO = "auto"
 WORDS = "words"
+QWEN = "qwen"  # Qwen3.5/3.6's own tokenizer, built offline (eval/qwen_tokenizer.py)
 
 
 class TokenizerError(ValueError):
@@ -51,9 +52,15 @@ def choose_tokenizer(choice: str, server_args: dict, warn: Callable[[str], None]
     """(tokenizer, its name) for the snippets, or (None, None) for words.
 
     ``choice`` is ``auto`` (the served model's tokenizer if it loads, else words, with a warning),
-    ``words``, or a local tokenizer directory (which must load: ``TokenizerError``)."""
+    ``words``, ``qwen`` (Qwen3.6's own, as the synthetic traces use; ``eval/qwen_tokenizer.py``), or
+    a local tokenizer directory (which must load: ``TokenizerError``)."""
     if choice == WORDS:
         return None, None
+    if choice == QWEN:
+        from eval import qwen_tokenizer
+
+        path = str(qwen_tokenizer.cached(Path(__file__).resolve().parents[2] / ".artifacts"))
+        return load_tokenizer(path), "qwen3.6"
     if choice != AUTO:
         return load_tokenizer(choice), choice
     path = served_tokenizer_path(server_args)

@@ -102,9 +102,8 @@ def serve(argv: list[str]) -> int:
 
 
 def bench(argv: list[str]) -> int:
-    from eval.bench_policies import synth_default
+    from eval.bench_policies import default_model, synth_default
     from eval.cluster.bench import bench as run_bench, failed
-    from eval.tiny_model import cached_build
 
     from eval.arms import parse_arms
 
@@ -121,7 +120,7 @@ def bench(argv: list[str]) -> int:
         trace = args.out / f"trace-q{args.questions}-s{args.seed}{'-small' if args.small else ''}.jsonl"
         if not trace.exists():
             synth_default(trace, args.questions, args.seed, args.small)
-    model = args.model or cached_build(ROOT / ".artifacts", max_positions=131072)
+    model = args.model or default_model(trace)
     results = run_bench(trace, args.out, arms, args.workers, args.router_policies, args.concurrency, model)
     problems = failed(results)
     for problem in problems:

@@ -37,13 +37,16 @@ class ServerError(RuntimeError):
 
 def call_payload(call: TraceCall, run: str) -> dict:
     """The ``/generate`` body of one trace call: its prompt ids, its completion ids forced
-    (``patches/forced.py``), greedy, EOS ignored; ``extra_key`` = the call's cache salt.
+    (``patches/forced.py``), greedy, EOS ignored; ``extra_key`` = the call's cache salt;
+    ``session_id`` = ``<run>.<conversation>`` (SGLang ignores it without its session radix cache;
+    scr reads it under ``session_identity=session_id``).
     An empty completion is sent as ``max_new_tokens`` 0: the prompt is read (and cached) and
     nothing is generated, which is all the original call did to the cache's token sequences."""
     params: dict = {"temperature": 0.0, "ignore_eos": True, "max_new_tokens": len(call.completion_ids)}
     if call.completion_ids:
         params["custom_params"] = {"forced_output_ids": list(call.completion_ids)}
-    payload = {"input_ids": list(call.prompt_ids), "rid": call.rid(run), "sampling_params": params}
+    payload = {"input_ids": list(call.prompt_ids), "rid": call.rid(run), "sampling_params": params,
+               "session_id": f"{run}.{call.conversation}"}
     if call.cache_salt is not None:
         payload["extra_key"] = call.cache_salt
     return payload

@@ -23,7 +23,10 @@ from eval.soak.checks import FAIL, Check
 from policy.namespace import SEP, namespace
 
 BOMB_MAX_RATIO = 3.0  # latency beside the bomb / beside a plain decode; unpatched, requests time out
-NAMESPACE_PROMPT_TOKENS = 96
+# Prime prompts span two of exact's pieces as the soak serves it (128 tokens): exact keeps a
+# state at a prompt's last piece end, so a shorter prime would leave it nothing to reuse and the
+# positive control could not see reuse under exact.
+NAMESPACE_PROMPT_TOKENS = 320
 
 
 # ----------------------------------------------------------------------------------------- fuzz

@@ -11,14 +11,19 @@ import sys
 from eval.cli_types import Parser, existing_dir, int_at_least
 
 
+def tokenizer_choice(text: str):
+    return text if text in ("qwen", "tiny") else existing_dir(text)
+
+
 def add_synth(subparsers) -> None:
     from eval.traces import synth
 
     parser = subparsers.add_parser(
         "synth", help="BCP-shaped CLM agent traces without a GPU",
         description="Run the project's CLM agent (eval/bcp, mode clm) with a seeded, scripted stand-in for the "
-                    "model over a synthetic corpus, render every call with the tiny model's tokenizer, and write "
-                    "the calls as a trace (eval/traces/format.py). A summary goes to stdout, progress to stderr.")
+                    "model over a synthetic corpus, render every call with Qwen3.6's tokenizer and the project's "
+                    "chat template, and write the calls as a trace (eval/traces/format.py). A summary and the "
+                    "set's statistics go to stdout, progress to stderr.")
     parser.add_argument("--out", required=True, metavar="FILE", help="trace file to write (JSONL)")
     parser.add_argument("--questions", type=int_at_least(1), default=synth.DEFAULT_QUESTIONS, metavar="N",
                         help="questions to run the agent on")
@@ -26,8 +31,10 @@ def add_synth(subparsers) -> None:
     parser.add_argument("--with-messages", action="store_true", help="store each call's message list too")
     parser.add_argument("--small", action="store_true",
                         help="the small preset (6,144-token budget, short documents; tests and smoke runs)")
-    parser.add_argument("--tokenizer", type=existing_dir, default=None, metavar="DIR",
-                        help="tokenizer directory (default: the tiny model's, built once under .artifacts)")
+    parser.add_argument("--tokenizer", type=tokenizer_choice, default="qwen", metavar="qwen|tiny|DIR",
+                        help="qwen: Qwen3.5/3.6's own tokenizer with English text (default; eval/qwen_tokenizer.py); "
+                        "tiny: the tiny model's 480-token tokenizer with its word salad (fast tests); or a "
+                        "tokenizer directory. The set's statistics go beside the trace (FILE.stats.json).")
     parser.set_defaults(run=synth.main)
 
 

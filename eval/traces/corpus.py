@@ -11,12 +11,14 @@ What is realistic here and what is not:
   is our choice: web pages range from stubs to very long pages). The search tool shows the first
   512 tokens of a hit and ``get_document`` the whole text, cut by the agent at
   ``observation_max_chars`` (§1.5, §2.2); both come from the project's own tools.
-* **Text** is word salad from a fixed vocabulary, not language. The vocabulary is picked so that
-  the tiny model's tokenizer (a 480-token BPE trained on Python sources, ``eval/tiny_model.py``)
-  reads it at about 3.7 characters per token, near what Qwen's tokenizer reads on English web
-  text (about 4), so a document of N characters costs about as many tokens as it would for the
-  real model. Ordinary English reads at about 1.8 characters per token with the tiny tokenizer,
-  which would double every tool output. ``chars_per_token`` measures it; a unit test pins it.
+* **Text** (``CorpusParams.language``): ``english`` (the default) draws words by their frequency
+  in English (``english.py``), read with Qwen3.6's own tokenizer (``eval/qwen_tokenizer.py``), so
+  characters per token, document lengths in tokens and the overlap between different
+  conversations are English's. ``salad`` is the old word salad from a 40-word vocabulary picked
+  so that the tiny model's 480-token tokenizer reads it at about 3.7 characters per token (ordinary
+  English reads at about 1.8 with it); it stays for the fast tests on the tiny tokenizer, and
+  makes every conversation look alike (a reason SCR's sessions merged in earlier runs).
+  ``chars_per_token`` measures either.
 * **Relevance**: every question owns a few invented topic terms; its documents mention them at
   varying densities, so BM25 (the project's ``Searcher``) ranks a question's own documents first
   for queries built from those terms.
@@ -54,6 +56,7 @@ DOC_WORDS_MEAN = 5179       # docs/eval.md §1.1 [R]: average BCP document lengt
 DOC_WORDS_SIGMA = 0.8       # chosen: lognormal spread of document lengths
 DOC_WORDS_MIN = 150         # chosen: no empty stubs
 TOPIC_TERMS = 4             # chosen: invented terms per question (what its queries search for)
+LANGUAGES = ("english", "salad")
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,11 @@ class CorpusParams:
     doc_words_sigma: float = DOC_WORDS_SIGMA
     question_words: tuple[int, int] = (60, 120)  # chosen: a BrowseComp question is one paragraph of constraints
     topic_density: tuple[float, float] = (0.002, 0.02)  # chosen: topic terms per word in a question's documents
+    language: str = "english"  # "english" (english.py) or "salad" (the tiny tokenizer's 40 words)
+
+    def __post_init__(self):
+        if self.language not in LANGUAGES:
+            raise ValueError(f"language {self.language!r}: one of {', '.join(LANGUAGES)}")
 
 
 @dataclass(frozen=True)
@@ -103,6 +111,35 @@ def salad(rng: random.Random, num_words: int, extra: tuple[str, ...] = (), densi
     return "".join(out).strip()
 
 
+def prose(rng: random.Random, num_words: int, extra: tuple[str, ...] = (), density: float = 0.0,
+          plant: tuple[str, ...] = (), language: str = "english") -> str:
+    """``num_words`` words of ``language`` (``english.prose`` or ``salad``), same arguments."""
+    if language == "english":
+        from eval.traces import english
+
+        return english.prose(rng, num_words, extra, density, plant)
+    return salad(rng, num_words, extra, density, plant)
+
+
+def common_words(language: str = "english") -> list[str]:
+    """Ordinary words of ``language``, in a fixed order (query filler, the stand-in's notion of a
+    word that names no topic)."""
+    if language == "english":
+        from eval.traces import english
+
+        return sorted(english.common_words())
+    return [w for w, _ in WORDS]
+
+
+def known_words(language: str = "english") -> frozenset[str]:
+    """Every word ``prose`` may draw for ``language`` (an invented topic term is none of them)."""
+    if language == "english":
+        from eval.traces import english
+
+        return frozenset(english.vocabulary()[0])
+    return frozenset(w for w, _ in WORDS)
+
+
 def invented_word(rng: random.Random, used: set[str]) -> str:
     while True:
         word = "".join(rng.choice(SYLLABLES) for _ in range(3))
@@ -124,14 +161,16 @@ def build(seed: int, num_questions: int, params: CorpusParams = CorpusParams()
     used: set[str] = set()
     questions, corpus = [], {}
     docid_pool = rng.sample(range(10_000, 100_000), num_questions * params.docs_per_question)
+    used |= set(known_words(params.language))  # an invented term is never an ordinary word
     for q in range(num_questions):
         terms = tuple(invented_word(rng, used) for _ in range(TOPIC_TERMS))
         docids = tuple(str(d) for d in docid_pool[q * params.docs_per_question:(q + 1) * params.docs_per_question])
         for docid in docids:
             density = rng.uniform(*params.topic_density)
-            corpus[docid] = Document(docid, salad(rng, doc_words(rng, params), terms, density),
+            corpus[docid] = Document(docid, prose(rng, doc_words(rng, params), terms, density,
+                                                  language=params.language),
                                      f"https://synthetic.invalid/{docid}")
-        text = salad(rng, rng.randint(*params.question_words), terms, 0.05, plant=terms)
+        text = prose(rng, rng.randint(*params.question_words), terms, 0.05, plant=terms, language=params.language)
         questions.append(SynthQuestion(f"q{q:04d}", text, terms, docids))
     return questions, corpus
 

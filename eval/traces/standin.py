@@ -58,13 +58,18 @@ class StandinParams:
     to calibrate radix's prefix share on the default set (12 questions, seed 0) to the paper's 72.9 %
     under ``synth.radix_prefix_estimate``. Nothing was fitted to exact or scr."""
 
-    # [scaled] Qwen3-class thinking models write a few hundred reasoning tokens per agentic step
-    # (no measured number in the specs); a median of 24 tiny-tokenizer tokens keeps the default
-    # set's decode (one step at a time on CPU) near 34K tokens. Lognormal spread [chosen]. Only the
-    # reasoning since the last real user turn stays in the prompt, so this barely moves the shares.
-    reasoning_tokens_median: int = 24
-    reasoning_sigma: float = 0.6
-    reasoning_tokens_max: int = 400
+    # [chosen] the language of the corpus, reasoning, answers and summaries (corpus.LANGUAGES):
+    # English read with Qwen3.6's tokenizer; "salad" for the fast tests on the tiny tokenizer.
+    language: str = "english"
+    # [scaled] reasoning per agentic step, in the trace's tokens. No measured number for Qwen3.6 on
+    # BrowseComp-Plus exists in the specs or public sources we found; Qwen3-class thinking models
+    # write a few hundred tokens per step. A median of 96 Qwen tokens (lognormal spread [chosen],
+    # capped at 1,024) keeps the default set's forced decode on the 2-core CPU box within the
+    # benchmark's hour. Only the reasoning since the last real user query stays in the prompt (the
+    # template strips the rest), so it moves the shares little; it sets how much the template strips.
+    reasoning_tokens_median: int = 96
+    reasoning_sigma: float = 0.7
+    reasoning_tokens_max: int = 1024
     # [scaled] task steps (search/get_document calls) before submitting, uniform. BCP anchors:
     # gpt-oss-20b makes 12.6 search calls per question (docs/eval.md §1.10); the paper's ~1.0M prompt
     # tokens per question at <= 26.6K context imply ~40-50 calls (docs/eval.md §2.6.4). With the edit
@@ -165,10 +170,10 @@ def note_ratio(note: str) -> float | None:
     return int(found.group(1)) / 100 if found else None
 
 
-def question_terms(question: str) -> list[str]:
+def question_terms(question: str, language: str = "english") -> list[str]:
     """The invented topic terms of a question: its words outside the corpus vocabulary."""
-    common = {w for w, _ in corpus.WORDS} | {"question", "explanation", "answer", "confidence"}
-    words = re.findall(r"[a-z]+", question.split("Question:", 1)[-1].split("\n\n", 1)[0])
+    common = corpus.known_words(language) | {"question", "explanation", "answer", "confidence"}
+    words = re.findall(r"[a-z]+", question.split("Question:", 1)[-1].split("\n\n", 1)[0].lower())
     return list(dict.fromkeys(w for w in words if w not in common and len(w) > 4))
 
 
@@ -225,8 +230,8 @@ def task_action(view: ContextView, memory: Memory, params: StandinParams) -> Act
         docid = rng.choice(unread)
         memory.requested.add(docid)
         return Action(GET_DOCUMENT, GET_DOCUMENT, {"docid": docid})
-    terms = question_terms(view.question) or ["value"]
-    words = [w for w, _ in corpus.WORDS]
+    terms = question_terms(view.question, params.language) or ["value"]
+    words = corpus.common_words(params.language)
     query = rng.sample(terms, min(len(terms), rng.randint(*params.query_terms)))
     query += rng.sample(words, rng.randint(*params.query_words))
     return Action(SEARCH, SEARCH, {"query": " ".join(query)})
@@ -234,8 +239,8 @@ def task_action(view: ContextView, memory: Memory, params: StandinParams) -> Act
 
 def submit_action(view: ContextView, rng: random.Random, params: StandinParams) -> Action:
     cited = ", ".join(view.visible_docids[:2]) or "0"
-    terms = question_terms(view.question) or ["value"]
-    explanation = corpus.salad(rng, rng.randint(*params.answer_words))
+    terms = question_terms(view.question, params.language) or ["value"]
+    explanation = corpus.prose(rng, rng.randint(*params.answer_words), language=params.language)
     answer = (f"Explanation: {explanation} [{cited}]\nExact Answer: {rng.choice(terms)}\n"
               f"Confidence: {rng.randint(40, 90)}%")
     return Action(SUBMIT, SUBMIT, {"answer": answer})
@@ -285,7 +290,7 @@ def replace_action(messages: list[dict], candidates: list[Group], rng: random.Ra
         start = rng.randint(1, len(words) - n - 1)
         old = " ".join(words[start:start + n])
         if "\n" not in old and mirror.count(old) == 1:
-            new = f"[summary: {corpus.salad(rng, rng.randint(5, 12)).rstrip('.')}]"
+            new = f"[summary: {corpus.prose(rng, rng.randint(5, 12), language=params.language).rstrip('.')}]"
             return Action("edit", CONTEXT, {"action": "replace", "old": old, "new": new})
     return None
 
@@ -294,7 +299,7 @@ def reasoning_text(rng: random.Random, params: StandinParams, tokens_per_word: f
     """A reasoning block of a lognormal number of tokens (median ``reasoning_tokens_median``)."""
     tokens = min(params.reasoning_tokens_max,
                  rng.lognormvariate(math.log(params.reasoning_tokens_median), params.reasoning_sigma))
-    return corpus.salad(rng, max(3, round(tokens / tokens_per_word)))
+    return corpus.prose(rng, max(3, round(tokens / tokens_per_word)), language=params.language)
 
 
 # ---- rendering with the tiny model's chat template
@@ -375,7 +380,7 @@ class StandIn:
         self.calls: list = []
         self.memory: dict[str, Memory] = {}
         self.previous: dict[str, tuple[list[dict], str]] = {}  # qid -> (messages, ledger) of its last call
-        self.tokens_per_word = _tokens_per_word(renderer)
+        self.tokens_per_word = _tokens_per_word(renderer, params.language)
 
     def _memory(self, qid: str) -> Memory:
         if qid not in self.memory:
@@ -414,7 +419,7 @@ class StandIn:
             kind=action.kind, meta=meta))
 
 
-def _tokens_per_word(renderer: Renderer) -> float:
-    """Tokens per word of the corpus vocabulary (to size reasoning blocks in tokens)."""
-    sample = corpus.salad(random.Random(0), 2000)
+def _tokens_per_word(renderer: Renderer, language: str = "english") -> float:
+    """Tokens per word of the corpus language (to size reasoning blocks in tokens)."""
+    sample = corpus.prose(random.Random(0), 2000, language=language)
     return len(renderer.encode(sample)) / 2000

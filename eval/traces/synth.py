@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import json
 import os
 import shutil
 import sys
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -35,6 +36,7 @@ from eval.bcp.tools import ToolBox
 from eval.traces import corpus
 from eval.traces.format import TraceCall
 from eval.traces.standin import Renderer, StandIn, StandinParams
+from eval.traces.stats import format_statistics, set_statistics
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_QUESTIONS = 12
@@ -44,14 +46,21 @@ DEFAULT_CHUNK = 512  # the paper's serving recipe: --chunked-prefill-size 512 (d
 # ---- the tiny tokenizer
 
 
-def load_tokenizer(path: str | Path | None = None, artifacts: Path = ROOT / ".artifacts"):
-    """The tokenizer at ``path``, else the tiny model's tokenizer, built once per content of its
-    builder and chat template under ``artifacts`` (tokenizer files only; no weights needed)."""
+TOKENIZER_KINDS = ("qwen", "tiny")
+
+
+def load_tokenizer(which: str | Path | None = "qwen", artifacts: Path = ROOT / ".artifacts"):
+    """A tokenizer with the project's chat template: ``"qwen"`` (the default: Qwen3.5/3.6's own,
+    ``eval/qwen_tokenizer.py``), ``"tiny"`` (the tiny model's 480-token BPE, for the fast tests;
+    ``None`` means the same), or a tokenizer directory. Built once per content of its builder and
+    chat template under ``artifacts`` (tokenizer files only; no weights needed)."""
     from transformers import AutoTokenizer
 
-    from eval import tiny_model
+    from eval import qwen_tokenizer, tiny_model
 
-    if path is None:
+    if which == "qwen":
+        path = qwen_tokenizer.cached(artifacts)
+    elif which in (None, "tiny"):
         sources = (Path(tiny_model.__file__), tiny_model.CHAT_TEMPLATE_PATH)
         digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()[:12]
         path = Path(artifacts) / f"tiny-tokenizer-{digest}"
@@ -62,9 +71,17 @@ def load_tokenizer(path: str | Path | None = None, artifacts: Path = ROOT / ".ar
                 scratch.rename(path)
             except OSError:  # another process finished the same build first
                 shutil.rmtree(scratch, ignore_errors=True)
+    else:
+        path = Path(which)
     tokenizer = AutoTokenizer.from_pretrained(str(path))
     tokenizer.model_max_length = 1 << 30  # contexts run to ~27K tokens; silence the length warning
     return tokenizer
+
+
+def language_for(tokenizer) -> str:
+    """The corpus language that suits ``tokenizer``: English for a real vocabulary, the tiny
+    tokenizer's word salad for its 480 tokens."""
+    return "salad" if len(tokenizer) < 1000 else "english"
 
 
 # ---- generation
@@ -99,7 +116,9 @@ SMALL_PARAMS = StandinParams(task_steps=(6, 10), p_get_document=0.35, p_ignore_u
 
 def synthesize_small(tokenizer, num_questions: int, seed: int = 0, with_messages: bool = False,
                      progress: Callable[[str], None] | None = None) -> "Synthesis":
-    return synthesize(tokenizer, num_questions, seed, params=SMALL_PARAMS, corpus_params=SMALL_CORPUS,
+    language = language_for(tokenizer)
+    return synthesize(tokenizer, num_questions, seed, params=replace(SMALL_PARAMS, language=language),
+                      corpus_params=replace(SMALL_CORPUS, language=language),
                       config=load_config(overrides=SMALL_CONFIG), with_messages=with_messages, progress=progress)
 
 
@@ -117,9 +136,11 @@ def synthesize(tokenizer, num_questions: int = DEFAULT_QUESTIONS, seed: int = 0,
     config = config or load_config()
     if config.mode != "clm":
         raise ValueError("synthetic traces are of the CLM agent: mode must be clm")
+    if params.language != corpus_params.language:
+        raise ValueError(f"the stand-in writes {params.language}, the corpus is {corpus_params.language}")
     questions, docs = corpus.build(seed, num_questions, corpus_params)
     searcher = Searcher(docs, snippet_max_tokens=config.search.snippet_max_tokens,
-                        tokenizer=MemoEncoder(tokenizer), tokenizer_name="tiny")
+                        tokenizer=MemoEncoder(tokenizer), tokenizer_name=getattr(tokenizer, "name_or_path", "tiny"))
     renderer = Renderer(tokenizer, config.chat_template_kwargs)
     standin = StandIn(renderer, params, seed, config.context_budget_tokens, with_messages)
     agent = Agent(config, standin, lambda: ToolBox(searcher, k=config.search.k,
@@ -247,8 +268,14 @@ def main(args) -> int:
     if getattr(args, "small", False):
         synthesis = synthesize_small(tokenizer, args.questions, args.seed, args.with_messages, progress)
     else:
-        synthesis = synthesize(tokenizer, args.questions, args.seed, with_messages=args.with_messages,
-                               progress=progress)
+        language = language_for(tokenizer)
+        synthesis = synthesize(tokenizer, args.questions, args.seed, params=StandinParams(language=language),
+                               corpus_params=corpus.CorpusParams(language=language),
+                               with_messages=args.with_messages, progress=progress)
     write_trace(synthesis.calls, args.out)
-    print(format_summary(summarize(synthesis)))
+    summary = summarize(synthesis)
+    statistics = set_statistics(synthesis.calls, tokenizer)
+    Path(str(args.out) + ".stats.json").write_text(json.dumps({**summary, "statistics": statistics}, indent=2) + "\n")
+    print(format_summary(summary))
+    print(format_statistics(statistics))
     return 0

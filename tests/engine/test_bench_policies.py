@@ -23,7 +23,7 @@ pytestmark = pytest.mark.engine
 @pytest.fixture(scope="module")
 def small_trace(tmp_path_factory):
     path = tmp_path_factory.mktemp("trace") / "small1.jsonl"
-    write_trace(synthesize_small(load_tokenizer(), 1, seed=0).calls, path)
+    write_trace(synthesize_small(load_tokenizer("tiny"), 1, seed=0).calls, path)
     return path
 
 

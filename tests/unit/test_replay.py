@@ -68,7 +68,7 @@ class FakeServer:
 def test_payload_forces_the_completion_with_the_salt():
     call = TraceCall("conv", 4, [5, 6, 7], [8, 9], "tenant-a")
     assert call_payload(call, "r1") == {
-        "input_ids": [5, 6, 7], "rid": "r1.conv.4", "extra_key": "tenant-a",
+        "input_ids": [5, 6, 7], "rid": "r1.conv.4", "extra_key": "tenant-a", "session_id": "r1.conv",
         "sampling_params": {"temperature": 0.0, "ignore_eos": True, "max_new_tokens": 2,
                             "custom_params": {"forced_output_ids": [8, 9]}}}
 

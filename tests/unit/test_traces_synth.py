@@ -7,6 +7,7 @@ second; the default set's numbers are checked by running the CLI, not here."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import random
@@ -19,12 +20,16 @@ from eval.traces import corpus, standin, synth
 from eval.traces.format import TraceCall, read_trace, write_trace
 from eval.traces.standin import Memory, StandinParams
 
-SMALL_CONFIG, SMALL_CORPUS, SMALL_PARAMS = synth.SMALL_CONFIG, synth.SMALL_CORPUS, synth.SMALL_PARAMS
+# The fast tests run on the tiny tokenizer with its word salad (eval/traces/corpus.py); the English
+# text and Qwen3.6's tokenizer have their own tests below and in test_qwen_tokenizer.py.
+SMALL_CONFIG = synth.SMALL_CONFIG
+SMALL_CORPUS = dataclasses.replace(synth.SMALL_CORPUS, language="salad")
+SMALL_PARAMS = dataclasses.replace(synth.SMALL_PARAMS, language="salad")
 
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    return synth.load_tokenizer()
+    return synth.load_tokenizer("tiny")
 
 
 def small_run(tokenizer, seed: int, with_messages: bool = False) -> synth.Synthesis:
@@ -155,7 +160,7 @@ def test_corpus_and_questions_are_deterministic_and_findable():
     again, docs_again = corpus.build(5, 2, SMALL_CORPUS)
     assert questions == again and docs == docs_again
     task = f"Question: {questions[1].text}\n\nWhen you are done"
-    assert set(standin.question_terms(task)) == set(questions[1].terms)
+    assert set(standin.question_terms(task, "salad")) == set(questions[1].terms)
     assert all(any(t in docs[d].text for t in questions[1].terms) for d in questions[1].docids)
 
 
@@ -282,3 +287,22 @@ def test_cli_dispatches_synth(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(synth, "main", lambda args: seen.update(vars(args)) or 0)
     assert cli.main(["synth", "--out", str(tmp_path / "t.jsonl"), "--questions", "2", "--seed", "3"]) == 0
     assert seen["questions"] == 2 and seen["seed"] == 3 and seen["with_messages"] is False
+
+
+def test_english_questions_keep_their_topic_terms_findable():
+    """English text: the invented terms are no English word, so the stand-in finds them again."""
+    questions, docs = corpus.build(5, 2, synth.SMALL_CORPUS)
+    task = f"Question: {questions[0].text}\n\nWhen you are done"
+    assert set(standin.question_terms(task, "english")) == set(questions[0].terms)
+    assert questions[0].text[:1].isupper() and "." in questions[0].text
+    assert all(any(t in docs[d].text for t in questions[0].terms) for d in questions[0].docids)
+
+
+def test_english_prose_is_deterministic_and_draws_from_thousands_of_words():
+    from eval.traces import english
+
+    a, b = english.prose(random.Random(1), 3000), english.prose(random.Random(1), 3000)
+    assert a == b and len(a.split()) == 3000
+    words = {w.strip(".,").lower() for w in a.split()}
+    assert len(words) > 800  # a 40-word vocabulary made every conversation look alike
+    assert "the" in words and a.count("\n\n") >= 3

@@ -1,0 +1,54 @@
+"""eval/accounting/causes.py: each call's cause, the moved / read tokens per cause, the offline bound."""
+
+from __future__ import annotations
+
+import pytest
+
+from eval.accounting.causes import attribute, classify, relocation_read_bound
+from eval.traces.format import TraceCall
+
+
+def call(turn, prompt, completion=(9, 9), **meta) -> TraceCall:
+    return TraceCall(conversation="q1", turn=turn, prompt_ids=list(prompt), completion_ids=list(completion),
+                     cache_salt=None, meta={"edited_from_turn": None, "rolled_back": False, **meta})
+
+
+BASE = list(range(100, 200))
+
+
+def trace():
+    return [
+        call(0, BASE, completion=(1, 2, 3)),                         # first
+        call(1, BASE + [1, 2] + [50] * 10),                          # append: previous prompt + completion[:-1]
+        call(2, BASE[:60] + [7] * 40 + [50] * 10, edited_from_turn=3),  # the agent deleted a message
+        call(3, BASE[:30] + [8] * 30, rolled_back=True),             # rollback
+        call(4, BASE[:20] + [6] * 50),                               # messages only grew: the template re-rendered
+        TraceCall(conversation="q1", turn=5, prompt_ids=[1, 2, 3], completion_ids=[4], cache_salt=None, meta={}),
+    ]
+
+
+def test_classify():
+    assert classify(trace()) == {"q1.0": "first", "q1.1": "append", "q1.2": "edit", "q1.3": "rollback",
+                                 "q1.4": "template", "q1.5": "other"}
+
+
+def test_attribute_sums_each_cause_and_its_share_of_all_prompt_tokens():
+    causes = classify(trace())
+    rows = [{"rid": f"r.q1.{t}", "prompt_tokens": 100, "prefix_reused": 60, "moved": 10 * (t == 4), "read": 40 - 10 * (t == 4)}
+            for t in range(6)]
+    out = attribute(rows, causes, "r")
+    assert out["template"]["moved"] == 10 and out["template"]["moved_points"] == pytest.approx(100 * 10 / 600)
+    assert out["append"]["calls"] == 1 and out["append"]["read"] == 40
+    assert sum(c["prompt_tokens"] for c in out.values()) == 600
+    assert sum(c["read_points"] + c["moved_points"] + c["prefix_reused_points"] for c in out.values()) == pytest.approx(100)
+
+
+def test_the_bound_counts_reads_up_to_the_end_of_an_earlier_relocated_region():
+    calls = [call(0, BASE), call(1, BASE[:40] + BASE[50:] + [5] * 10), call(2, BASE[:40] + BASE[50:] + [5] * 10 + [6] * 20)]
+    # turn 1 relocated rows [40, 80) of its prompt; turn 2 shares turn 1's sequence and resumed at 40
+    rows = {"r.q1.1": {"prefix_reused": 40, "moved": 40}, "r.q1.2": {"prefix_reused": 40, "moved": 0}}
+    bound = relocation_read_bound(calls, rows, {"r.q1.1": [(40, 40)]}, "r")
+    assert bound["tokens"] == 40 and bound["calls"] == 1
+    resumed_past = relocation_read_bound(calls, {**rows, "r.q1.2": {"prefix_reused": 95, "moved": 0}}, {"r.q1.1": [(40, 40)]}, "r")
+    assert resumed_past["tokens"] == 0
+    assert relocation_read_bound(calls, rows, {}, "r")["tokens"] == 0
