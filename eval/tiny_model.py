@@ -186,7 +186,7 @@ def check_options(vocab_size: int, max_positions: int, tokenizer: str = "tiny") 
         raise ValueError(f"tokenizer {tokenizer!r}: one of {', '.join(TOKENIZERS)}")
     size = QWEN_TOKENIZER_SIZE if tokenizer == "qwen" else TOKENIZER_SIZE
     if not isinstance(vocab_size, int) or vocab_size < size:
-        raise ValueError(f"vocab_size {vocab_size!r} is smaller than the {tokenizer} tokenizer's {size} tokens")
+        raise ValueError(f"vocab_size {vocab_size!r} is smaller than the tokenizer's {size} tokens ({tokenizer})")
     if not isinstance(max_positions, int) or max_positions < 1:
         raise ValueError(f"max_positions {max_positions!r} must be a positive integer")
 

@@ -100,11 +100,11 @@ class ScrConfig:
     ssm: bool = _setting(True, "keep the recurrent-state shadow; off declines fork/strict on hybrids (§9)",
                          "KVREUSE_SSM")
     # The authors' code caches a relocated request like any other, relocated rows and forked state
-    # included (§7.5, §15.1); False (ours, an ablation) keeps them out of the shared radix tree, as
+    # included (§7.5); False (ours, an ablation) keeps them out of the shared radix tree, as
     # their README describes.
     relocated_in_tree: bool = _setting(True, "cache relocated rows and the forked state in the radix tree like any "
                                        "other request (the authors' code); False keeps them out (their README's "
-                                       "sentence; an ablation)", "KVREUSE_RELOCATED_IN_TREE", "§7.5, §15.1")
+                                       "sentence; an ablation)", "KVREUSE_RELOCATED_IN_TREE", "§7.5")
     # Ours, beyond the authors: where a request's conversation comes from. "content" is theirs
     # (§4.3: the best-overlapping session of the namespace); "session_id" takes SGLang's request
     # field ``session_id``, "rid" the rid up to its last "." (as eval.cluster routes); a request

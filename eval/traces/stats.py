@@ -15,6 +15,8 @@ conversations look alike decides whether their sessions merge. Reported per set:
 * **tokens per call**: prompt and completion lengths.
 """
 
+# Spec: docs/scr.md
+
 from __future__ import annotations
 
 import itertools

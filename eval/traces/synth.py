@@ -111,6 +111,7 @@ SMALL_CONFIG = {"context_budget_tokens": 6144, "context_budget_reserve_tokens": 
                 "observation_max_chars": 6000, "search.snippet_max_tokens": 96, "max_steps": 30}
 SMALL_CORPUS = corpus.CorpusParams(docs_per_question=8, doc_words_mean=500)
 SMALL_PARAMS = StandinParams(task_steps=(6, 10), p_get_document=0.35, p_ignore_urgent=0.5, p_replace=0.5,
+                             reasoning_tokens_median=24, reasoning_sigma=0.6, reasoning_tokens_max=400,
                              p_edit_on_nudge=(0.0, 1.0, 1.0))
 
 

@@ -196,8 +196,9 @@ def test_the_first_turn_saves_the_state_and_stores_its_rows():
     assert run.requests == {}
 
 
-def test_a_block_is_read_to_its_stop_then_relocated():
-    run = runner()
+@pytest.mark.parametrize("in_tree", [True, False], ids=["relocated-in-tree (default)", "relocated_in_tree=0"])
+def test_a_block_is_read_to_its_stop_then_relocated(in_tree):
+    run = runner(relocated_in_tree=in_tree)
     req = second_turn(run)
     assert (req.cut_at, run.requests["a.2"].phase1) == (1500, True)
     assert run.before_admission(req, req.rid, chunk_taken=False) is True
@@ -205,7 +206,7 @@ def test_a_block_is_read_to_its_stop_then_relocated():
     req.prefix = 1500  # phase 1 read [1024, 1500)
     run.after_round(req, req.rid, waiting_queue=False, chunk_busy=False)
     assert run.engine.calls == [("place", 0, 1700, 1500, ROWS, True), ("restore_state", 0, "s000001")]
-    assert (req.prefix, req.cut_at, req.in_tree) == (1500 + ROWS, None, False)  # the rest is read
+    assert (req.prefix, req.cut_at, req.in_tree) == (1500 + ROWS, None, in_tree)  # the rest is read
     assert run.logger.has("splice OK")
     req.cached += ROWS  # SGLang counts the attached rows again in prepare_for_extend
     req.finished = True

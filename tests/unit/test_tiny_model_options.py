@@ -47,7 +47,7 @@ def stub_build(monkeypatch):
     """``build`` replaced by one that writes a config naming its options; returns the calls."""
     calls = []
 
-    def build(out, seed=0, *, vocab_size, max_positions):
+    def build(out, seed=0, *, vocab_size, max_positions, tokenizer="tiny"):
         calls.append((vocab_size, max_positions))
         out.mkdir(parents=True)
         (out / "config.json").write_text(json.dumps({"vocab": vocab_size, "positions": max_positions}))
@@ -77,3 +77,12 @@ def test_the_default_name_keeps_todays_form(tmp_path):
     name = mtm.cached_name()
     assert name.startswith("tiny-model-") and len(name) == len("tiny-model-") + 12
     assert mtm.cached_name(vocab_size=151936) == name + "-v151936"
+
+
+def test_the_qwen_variant_has_the_real_vocabulary_and_its_own_folder(tmp_path, stub_build):
+    qwen = mtm.cached_build(tmp_path, max_positions=131072, tokenizer="qwen")
+    assert qwen.name.endswith("-p131072-v248320-qwen") and stub_build == [(248320, 131072)]
+    with pytest.raises(ValueError, match="smaller than the tokenizer's 248077 tokens"):
+        mtm.check_options(248000, 8192, "qwen")
+    with pytest.raises(ValueError, match="tokenizer 'gpt2'"):
+        mtm.check_options(512, 8192, "gpt2")
