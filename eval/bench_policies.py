@@ -315,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     trace = args.trace
     if trace is None:
-        trace = args.out / f"trace-q{args.questions}-s{args.seed}.jsonl"
+        trace = args.out / f"trace-q{args.questions}-s{args.seed}-qwen.jsonl"
         if not trace.exists():
             synth_default(trace, args.questions, args.seed)
     model_dir = args.model or default_model(trace)

@@ -117,7 +117,7 @@ def bench(argv: list[str]) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     trace = args.trace
     if trace is None:
-        trace = args.out / f"trace-q{args.questions}-s{args.seed}{'-small' if args.small else ''}.jsonl"
+        trace = args.out / f"trace-q{args.questions}-s{args.seed}{'-small' if args.small else ''}-qwen.jsonl"
         if not trace.exists():
             synth_default(trace, args.questions, args.seed, args.small)
     model = args.model or default_model(trace)

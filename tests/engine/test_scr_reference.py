@@ -30,6 +30,7 @@ pytestmark = pytest.mark.engine
 
 TOL = 1e-4
 TOKENS = 8
+CHUNK = 256  # SCR_ARGS' --chunked-prefill-size: the forwards a read is made of
 SCR_ARGS = ["--schedule-policy", "fcfs", "--chunked-prefill-size", "256", "--max-running-requests", "4", "--max-total-tokens", "12288",
             "--cache-policy", "scr", "--cache-policy-set", "side_sessions=16",
             "--cache-policy-set", "side_tokens=4096"]
@@ -76,6 +77,16 @@ def record_distances():
 
 
 # ---------------------------------------------------------------------------------------------- helpers
+
+
+def phase1_hit(server, rid: str) -> int:
+    """Where the server's tree served ``rid`` up to before its phase-1 read (``radix_a=`` of its phase1 line)."""
+    for line in server.log_text().splitlines():
+        text = line.split("] ", 1)[1] if line.startswith("[20") and "] " in line else line
+        parsed = parse_line(text) if text.startswith("[kvreuse]") else None
+        if parsed and parsed["kind"] == "phase1" and parsed.get("rid") == rid:
+            return parsed["radix_n0"]
+    raise AssertionError(f"no phase1 line for {rid}")
 
 
 def relocations(server, rid: str) -> list[Relocation]:
@@ -208,7 +219,11 @@ def test_the_relocated_requests_next_turn(server, ref):
     three = ask(server, third, "ref-next.3")
     blocks3 = relocations(server, "ref-next.3")
     assert blocks3 and blocks3[0].stop == 1800 and blocks3[0].old_start == 1950
-    check(three, conversation.serve(third, three["output_ids"], blocks3), "turn 3 after a relocated turn 2")
+    # Turn 2's relocated rows are in the tree (the default): turn 3's phase 1 re-reads [1400, 1800),
+    # whose tokens the tree holds, and after each forward SGLang points it at the tree's rows.
+    expected3 = conversation.serve(third, three["output_ids"], blocks3, read_from=phase1_hit(server, "ref-next.3"),
+                                   chunk=CHUNK)
+    check(three, expected3, "turn 3 after a relocated turn 2")
 
 
 def test_a_stale_state_makes_the_next_edit_decline(server, ref):
@@ -340,7 +355,16 @@ def test_a_second_edit_inside_the_relocated_rows(server, ref):
     blocks3 = relocations(server, "inside.3")
     assert blocks3 and blocks3[0].stop == 1700 and blocks3[0].old_start == 1800, blocks3
     assert event["prefix_reused"] <= 1400 and event["moved"] == sum(b.rows for b in blocks3), event
-    check(three, conversation.serve(third, three["output_ids"], blocks3), "turn 3 edits inside relocated rows")
+    expected3 = conversation.serve(third, three["output_ids"], blocks3, read_from=phase1_hit(server, "inside.3"),
+                                   chunk=CHUNK)
+    check(three, expected3, "turn 3 edits inside relocated rows")
+    # Sensitivity: a reference that keeps its fresh rows there (the ablation's tree) differs.
+    first = edited(221, cuts)[0]
+    fresh = Conversation(ref, relocated_in_tree=False)
+    fresh.serve(first, ask(server, first, "inside-probe", "probe-inside")["output_ids"])
+    fresh.serve(second, two["output_ids"], blocks)
+    apart = fresh.serve(third, three["output_ids"], blocks3, read_from=phase1_hit(server, "inside.3"), chunk=CHUNK)
+    assert max(abs(a - b) for a, b in zip(apart.logprobs, expected3.logprobs)) > 10 * TOL
 
 
 @pytest.fixture(scope="module")

@@ -57,7 +57,10 @@ def test_scr_three_turns_under_tp2_equal_the_reference(scr_tp, ref):
     three = scr_ref.ask(scr_tp, third, "tp-three.3")
     blocks3 = scr_ref.relocations(scr_tp, "tp-three.3")
     assert blocks3 and (blocks3[0].stop, blocks3[0].old_start) == (1800, 1950)
-    scr_ref.check(three, conversation.serve(third, three["output_ids"], blocks3), "tp2: turn 3")
+    # turn 2's relocated rows are in the tree: turn 3's phase-1 forwards point at them (test_scr_reference)
+    expected3 = conversation.serve(third, three["output_ids"], blocks3, read_from=scr_ref.phase1_hit(scr_tp, "tp-three.3"),
+                                   chunk=scr_ref.CHUNK)
+    scr_ref.check(three, expected3, "tp2: turn 3")
     events = wait_for_events(scr_tp.events_path, ["tp-three.2", "tp-three.3"])
     assert [(events[rid]["moved"], events[rid]["fallback"]) for rid in ("tp-three.2", "tp-three.3")] == [
         (blocks[0].rows, None), (blocks3[0].rows, None)]

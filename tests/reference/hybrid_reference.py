@@ -147,6 +147,16 @@ class Cache:
         self.values = [torch.cat([a, b.to(torch.float32)]) for a, b in zip(self.values, values)]
         self.length += m
 
+    def replace_rows(self, start: int, keys: list[torch.Tensor], values: list[torch.Tensor]) -> None:
+        """Overwrite K/V rows ``[start, start + m)`` with the given ones (already at those positions);
+        the GDN state is untouched."""
+        m = keys[0].shape[0]
+        if not 0 <= start <= start + m <= self.length:
+            raise IndexError(f"rows [{start}, {start + m}) outside [0, {self.length})")
+        for layer, (k, v) in enumerate(zip(keys, values)):
+            self.keys[layer][start:start + m] = k.to(torch.float32)
+            self.values[layer][start:start + m] = v.to(torch.float32)
+
     def rows(self, start: int, end: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """Copies of K/V rows [start, end) of every attention layer."""
         if not 0 <= start <= end <= self.length:

@@ -21,6 +21,17 @@ returns the logprobs and greedy ids the server must produce:
 After serving, the conversation keeps what the server keeps: the side rows (rows whose token ids
 did not change are kept, the rest copied from this request, as the server's incremental store
 does) and the prompt-end state.
+
+Relocated rows in the tree (``relocated_in_tree``, the authors' code, the default): a relocated
+request is cached like any other, so the tree then holds its relocated rows under its token ids.
+A later request that reads a stretch whose tokens the tree already holds (past the last recurrent
+state the tree has, so the tree could not serve it) computes fresh rows, and SGLang's insert at
+the end of each prefill forward keeps the tree's rows and points the request at them (it frees
+the duplicates): from the next forward on, attention reads the tree's (relocated) rows there.
+``serve(read_from=h, chunk=c)`` models that: the read from the server's tree hit ``h`` runs in
+forwards of ``c`` tokens (SGLang's chunked prefill, cut at each block stop), and after each
+forward the rows the tree holds for the same tokens replace the fresh ones. Only relocated
+requests' rows differ from a fresh read, so only they are kept as the conversation's ``tree``.
 """
 
 from __future__ import annotations
@@ -57,20 +68,25 @@ class Conversation:
     side_keys: list[torch.Tensor] | None = None
     side_values: list[torch.Tensor] | None = None
     snapshot: tuple | None = None  # GDN state at the end of the previous request's prompt
+    relocated_in_tree: bool = True  # the server's setting: relocated requests enter the tree
+    tree: list[tuple[list[int], Cache, bool]] = field(default_factory=list)  # served sequences in insertion
+    # order: (ids, rows, relocated rows among them); the first to insert a path keeps its rows
 
     def serve(self, prompt, output_ids, relocations=(), ssm_mode: str = "fork", rerotate_keys: bool = True,
-              prefix: Cache | None = None) -> Served:
+              prefix: Cache | None = None, read_from: int = 0, chunk: int | None = None) -> Served:
         """The request as the server computes it; updates the conversation like the server does.
 
         ``prefix``: a cache the request resumes from (a radix match on rows that a relocated request
-        left in the tree); its length is where the read starts. Without it the read starts at 0."""
+        left in the tree); its length is where the read starts. Without it the read starts at 0.
+        ``read_from``/``chunk``: the server's tree hit and prefill chunk, for the tree's rows
+        replacing re-read ones (module docstring); without ``chunk`` nothing is replaced."""
         prompt, output_ids = list(prompt), list(output_ids)
         cache = prefix.clone() if prefix is not None else self.ref.empty()
         position = cache.length
         for index, block in enumerate(sorted(relocations, key=lambda b: b.stop)):
             if block.stop < position:
                 raise ValueError(f"block at {block.stop} starts before the read position {position}")
-            self.ref.read(cache, prompt[position:block.stop])
+            self._read(cache, prompt, position, block.stop, read_from, chunk)
             self._place(cache, block, rerotate_keys)
             if index == 0 and ssm_mode == "fork":
                 if self.snapshot is None:
@@ -81,12 +97,45 @@ class Conversation:
             position = block.stop + block.rows
         if position >= len(prompt):
             raise ValueError("a relocation must leave at least one prompt token to read")
-        logits = self.ref.read(cache, prompt[position:])
+        logits = self._read(cache, prompt, position, len(prompt), read_from, chunk)
         prompt_end_state = cache.linear_state()
         logprobs, argmax = self.ref.decode(cache, logits[-1], output_ids)
         self._store(prompt + output_ids[:-1], cache)
         self.snapshot = prompt_end_state
+        committed = prompt + output_ids[:-1]
+        if relocations and not self.relocated_in_tree:  # only what phase 1 read exactly enters the tree
+            committed = committed[:min(b.stop for b in relocations)]
+        self.tree.append((committed, cache, bool(relocations) and self.relocated_in_tree))
         return Served(logprobs, argmax, cache)
+
+    def _read(self, cache: Cache, prompt: list[int], start: int, end: int, read_from: int,
+              chunk: int | None) -> torch.Tensor:
+        """Read ``prompt[start:end]``: in one go, or (``chunk``) in the server's forwards (counted
+        from ``read_from``, the tree hit), each followed by the tree's rows replacing re-read ones."""
+        if chunk is None:
+            return self.ref.read(cache, prompt[start:end])
+        logits = []
+        position = start
+        while position < end:
+            grid = read_from + ((position - read_from) // chunk + 1) * chunk if position >= read_from else read_from
+            stop = min(end, grid)
+            logits.append(self.ref.read(cache, prompt[position:stop]))
+            self._tree_rows(cache, prompt, position, stop)
+            position = stop
+        return torch.cat(logits)
+
+    def _tree_rows(self, cache: Cache, prompt: list[int], start: int, stop: int) -> None:
+        """Rows ``[start, stop)`` the tree holds for the same tokens replace the fresh ones: each
+        position's rows are those of the first served sequence that inserted its path; a request
+        without relocated rows holds what a fresh read computes, so only relocated ones change values."""
+        done = start
+        for sequence, held, relocated in self.tree:
+            shared = min(common_prefix(sequence, prompt), len(sequence), held.length, stop)
+            if shared > done:
+                if relocated:
+                    keys, values = held.rows(done, shared)
+                    cache.replace_rows(done, keys, values)
+                done = shared
 
     def _place(self, cache: Cache, block: Relocation, rerotate_keys: bool) -> None:
         if self.side_keys is None or block.old_start + block.rows > len(self.side_ids):
@@ -117,6 +166,15 @@ class Conversation:
             self.side_keys = [torch.cat([old[:keep], new]) for old, new in zip(self.side_keys, new_keys)]
             self.side_values = [torch.cat([old[:keep], new]) for old, new in zip(self.side_values, new_values)]
         self.side_ids = list(committed)
+
+
+def common_prefix(a, b) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 def cold(ref: Reference, prompt, output_ids) -> Served:
