@@ -238,6 +238,7 @@ def bench(trace_path: Path, out: Path, arms: list[Arm], concurrency: int | list[
     concurrencies = [concurrency] if isinstance(concurrency, int) else list(concurrency)
     swept = sweep(arms, concurrencies)
     causes = classify(calls)
+    started = time.monotonic()
     results, edited_by_arm = {}, {}
     for arm in swept:
         print(f"{PROG}: {arm.name} ({arm.describe()}, concurrency {arm.concurrency}): serving and replaying "
@@ -263,8 +264,11 @@ def bench(trace_path: Path, out: Path, arms: list[Arm], concurrency: int | list[
     sensitivity = radix_sensitivity(calls)
     text = "\n\n".join(texts) + "\n\nradix prefix share by recurrent-state spacing (offline estimate, no_buffer): " + \
         ", ".join(f"{chunk}: {share:.1%}" for chunk, share in sensitivity.items())
+    wall = time.monotonic() - started
+    text += f"\n\nbenchmark wall time: {wall:.0f} s for {len(swept)} arm runs (one server at a time)"
     (out / "table.md").write_text(text + "\n")
     summary = {"trace": str(trace_path), "calls": len(calls), "questions": questions, "edited_calls": len(edited),
+               "wall_s": round(wall, 1),
                "arms": [{"name": a.name, "policy": a.policy, "settings": dict(a.settings), "concurrency": a.concurrency}
                         for a in swept],
                "results": results, "edited_shares": edited_by_arm, "radix_sensitivity": sensitivity,
