@@ -94,13 +94,7 @@ def salad(rng: random.Random, num_words: int, extra: tuple[str, ...] = (), densi
     """``num_words`` words in sentences of 8-20 words and paragraphs of 3-7 sentences; each word is
     one of ``extra`` with probability ``density``, and each of ``plant`` occurs at least once."""
     words, weights = zip(*WORDS)
-    drawn = rng.choices(words, weights=weights, k=num_words)
-    if extra and density > 0:
-        for i in range(num_words):
-            if rng.random() < density:
-                drawn[i] = rng.choice(extra)
-    for i, word in zip(rng.sample(range(num_words), min(len(plant), num_words)), plant):
-        drawn[i] = word
+    drawn = sprinkle(rng, rng.choices(words, weights=weights, k=num_words), extra, density, plant)
     out, i, sentences = [rng.choice(PARAGRAPH_STARTS) + " "], 0, 0
     while i < num_words:
         n = rng.randint(8, 20)
@@ -138,6 +132,19 @@ def known_words(language: str = "english") -> frozenset[str]:
 
         return frozenset(english.vocabulary()[0])
     return frozenset(w for w, _ in WORDS)
+
+
+def sprinkle(rng: random.Random, drawn: list[str], extra: tuple[str, ...], density: float,
+             plant: tuple[str, ...]) -> list[str]:
+    """``drawn`` with each word replaced by one of ``extra`` with probability ``density``, and each
+    of ``plant`` put in at least once (at random places); changed in place and returned."""
+    if extra and density > 0:
+        for i in range(len(drawn)):
+            if rng.random() < density:
+                drawn[i] = rng.choice(extra)
+    for i, word in zip(rng.sample(range(len(drawn)), min(len(plant), len(drawn))), plant):
+        drawn[i] = word
+    return drawn
 
 
 def invented_word(rng: random.Random, used: set[str]) -> str:

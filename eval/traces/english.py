@@ -53,13 +53,9 @@ def prose(rng: random.Random, num_words: int, extra: tuple[str, ...] = (), densi
           plant: tuple[str, ...] = ()) -> str:
     """``num_words`` words as sentences and paragraphs; each word is one of ``extra`` with
     probability ``density``, and each of ``plant`` occurs at least once."""
-    drawn = draw(rng, num_words)
-    if extra and density > 0:
-        for i in range(num_words):
-            if rng.random() < density:
-                drawn[i] = rng.choice(extra)
-    for i, word in zip(rng.sample(range(num_words), min(len(plant), num_words)), plant):
-        drawn[i] = word
+    from eval.traces.corpus import sprinkle
+
+    drawn = sprinkle(rng, draw(rng, num_words), extra, density, plant)
     paragraphs, sentences, i = [], [], 0
     budget = rng.randint(*PARAGRAPH_SENTENCES)
     while i < num_words:

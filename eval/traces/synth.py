@@ -39,7 +39,7 @@ from eval.traces.standin import Renderer, StandIn, StandinParams
 from eval.traces.stats import format_statistics, set_statistics
 
 ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_QUESTIONS = 12
+DEFAULT_QUESTIONS = 10  # the benchmark's default set (eval/bench_policies.py)
 DEFAULT_CHUNK = 512  # the paper's serving recipe: --chunked-prefill-size 512 (docs/eval.md §2.4)
 
 

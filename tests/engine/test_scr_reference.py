@@ -325,16 +325,22 @@ def test_a_queue_splice_in_a_round_a_phase1_request_owns(server, ref):
 # ---------------------------------------------------------------------------------------------- relocated rows in the tree
 
 
+def relocated_then_appended(server, ref, seed: int, tag: str):
+    """Turn 2 relocates one block (checked against the reference), turn 3 appends to turn 2's prompt
+    and answer: (second, two, blocks, turn 2's reference, third, three, turn 3's event)."""
+    _, second, two, blocks, expected = run_two_turns(server, ref, seed, [(1400, 1600)], tag)
+    check(two, expected, f"{tag}: turn 2")
+    third = second + two["output_ids"] + prompt_ids(seed + 2, 40)
+    three = ask(server, third, f"{tag}.3")
+    event = wait_for_events(server.events_path, [f"{tag}.3"])[f"{tag}.3"]
+    return second, two, blocks, expected, third, three, event
+
+
 def test_relocated_in_tree_and_its_next_append(server, ref):
     """The default, ``relocated_in_tree=1`` (the authors' code): turn 2's relocated rows and its final
     state enter the tree; turn 3 appends, resumes from them and must equal the reference continuing
     turn 2."""
-    cuts = [(1400, 1600)]
-    _, second, two, blocks, expected = run_two_turns(server, ref, 191, cuts, "tree")
-    check(two, expected, "relocated_in_tree=1, turn 2")
-    third = second + two["output_ids"] + prompt_ids(193, 40)
-    three = ask(server, third, "tree.3")
-    event = wait_for_events(server.events_path, ["tree.3"])["tree.3"]
+    second, two, blocks, expected, third, three, event = relocated_then_appended(server, ref, 191, "tree")
     committed = len(second) + TOKENS - 1
     assert event["prefix_reused"] == committed and event["moved"] == 0, event
     resumed = Conversation(ref).serve(third, three["output_ids"], prefix=expected.cache)
@@ -379,11 +385,6 @@ def test_without_relocated_rows_in_the_tree_the_next_append_rereads(notree_serve
     """The ablation ``relocated_in_tree=0`` (their README's sentence): the tree keeps only what was
     read exactly, so the append after a relocated turn resumes at or before the stop and reads the
     rest: a plain read's values."""
-    cuts = [(1400, 1600)]
-    _, second, two, blocks, expected = run_two_turns(notree_server, ref, 231, cuts, "notree")
-    check(two, expected, "relocated_in_tree=0, turn 2")
-    third = second + two["output_ids"] + prompt_ids(233, 40)
-    three = ask(notree_server, third, "notree.3")
-    event = wait_for_events(notree_server.events_path, ["notree.3"])["notree.3"]
+    _, _, blocks, _, third, three, event = relocated_then_appended(notree_server, ref, 231, "notree")
     assert event["prefix_reused"] <= blocks[0].stop and event["moved"] == 0, event
     check(three, cold(ref, third, three["output_ids"]), "relocated_in_tree=0, next append re-reads")
