@@ -47,6 +47,14 @@ def test_bench_on_the_small_set(small_trace):
     assert table["radix"]["prefix_share"] > 0.3  # the agent's appends hit radix's cache
     assert table["radix"]["moved_share"] == 0 and table["exact"]["moved_share"] == 0
     assert table["scr"]["moved_share"] > 0  # scr relocates rows after the edits
-    assert (out / "table.md").read_text().count("|") > 20
+    text = (out / "table.md").read_text()
+    assert text.count("|") > 20 and "moved points by cause" in text and "benchmark wall time" in text
+    # every call is classed, and scr's moved tokens are all attributed
+    assert sum(c["calls"] for c in results["scr"]["causes"].values()) == len(calls)
+    from eval.accounting.compare import read_run
+
+    rows, _ = read_run(out / "scr" / "report")
+    assert sum(c["moved"] for c in results["scr"]["causes"].values()) == sum(r["moved"] for r in rows) > 0
+    assert results["scr"]["relocation_read_bound"]["tokens"] >= 0 and "relocation_read_bound" not in results["radix"]
     for plot in ("provenance_stack.png", "read_cdf.png"):
         assert (out / "compare" / plot).stat().st_size > 0
