@@ -122,17 +122,53 @@ def radix_sensitivity(calls, chunks=(128, 256, 512, 1024, 2048)) -> dict[int, fl
     return {chunk: sum(radix_prefix_estimate(calls, chunk=chunk)) / prompt for chunk in chunks}
 
 
-def run_arm(arm: Arm, model_dir: Path, calls, out: Path, concurrency: int, run: str) -> dict:
-    """Serve ``arm``, replay the trace into ``out``, stop, ingest with every check."""
+def file_digest(path: Path) -> str:
+    """sha256 of a file: names the trace an arm's result was measured on."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def reusable(out: Path, arm: Arm, args: list[str], concurrency: int, trace_sha: str) -> dict | None:
+    """The result an earlier run left in ``out`` when it measured the same thing (same trace digest,
+    server arguments, settings and concurrency, every check passed, report written), else None.
+    ``--resume`` uses it so that an interrupted benchmark does not serve finished arms again."""
+    try:
+        result = json.loads((out / "bench.json").read_text())
+    except (OSError, ValueError):
+        return None
+    same = (result.get("trace_sha256") == trace_sha and result.get("server_args") == args
+            and result.get("settings") == dict(arm.settings) and result.get("concurrency") == concurrency
+            and result.get("policy") == arm.policy)
+    if not same or result.get("checks_failed") or not (out / "report").is_dir():
+        return None
+    if result.get("exact_prediction", {}).get("share", 1.0) < 1.0:
+        return None
+    return result
+
+
+def run_arm(arm: Arm, model_dir: Path, calls, out: Path, concurrency: int, run: str, trace_sha: str = "",
+            resume: bool = False) -> dict:
+    """Serve ``arm``, replay the trace into ``out``, stop, ingest with every check (or, with
+    ``resume``, return the finished result an earlier run left there: ``reusable``)."""
     from eval.replay.run import replay
     from eval.report import ingest
     from eval.soak import client
 
-    out.mkdir(parents=True, exist_ok=True)
-    for name in ("events.jsonl", "client.jsonl"):
-        (out / name).unlink(missing_ok=True)
     context_len, pool = trace_sizes(calls)
     args = [*serving_args(arm, context_len, pool, concurrency), "--cache-events", str(out / "events.jsonl")]
+    if resume and (earlier := reusable(out, arm, args, concurrency, trace_sha)) is not None:
+        earlier["reused"] = True
+        print(f"{PROG}: {arm.name}: reusing the finished result in {out} (--resume; replay took "
+              f"{earlier['replay_s']} s)", file=sys.stderr, flush=True)
+        return earlier
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ("events.jsonl", "client.jsonl", "bench.json"):
+        (out / name).unlink(missing_ok=True)
     server = ServerProcess(model_path=str(model_dir), log_path=out / "server.log", extra_args=args,
                            env={"SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE": "1"}).start()
     started = time.monotonic()
@@ -148,7 +184,7 @@ def run_arm(arm: Arm, model_dir: Path, calls, out: Path, concurrency: int, run: 
         server.stop()
     rows, failures = ingest(out / "events.jsonl", out / "report", client_path=out / "client.jsonl", policy=arm.policy)
     result = {"arm": arm.name, "policy": arm.policy, "settings": dict(arm.settings), "concurrency": concurrency,
-              "replay_s": round(wall, 1), "checks_failed": failures, "server_args": args,
+              "trace_sha256": trace_sha, "replay_s": round(wall, 1), "checks_failed": failures, "server_args": args,
               "fatal_lines": server.fatal_lines()[:5]}
     if arm.policy == "exact":
         settings = bench_settings(arm, context_len, concurrency)
@@ -227,9 +263,9 @@ def synth_default(path: Path, questions: int, seed: int, small: bool = False) ->
 
 
 def bench(trace_path: Path, out: Path, arms: list[Arm], concurrency: int | list[int], model_dir: Path,
-          run: str = "bench") -> dict:
+          run: str = "bench", resume: bool = False) -> dict:
     """Every arm at every concurrency, one server at a time; one table per concurrency (ratios to
-    that concurrency's radix arm)."""
+    that concurrency's radix arm). With ``resume``, arms an earlier run finished are not served again."""
     from eval.accounting.compare import compare, read_run
     from eval.traces import read_trace
 
@@ -238,12 +274,14 @@ def bench(trace_path: Path, out: Path, arms: list[Arm], concurrency: int | list[
     concurrencies = [concurrency] if isinstance(concurrency, int) else list(concurrency)
     swept = sweep(arms, concurrencies)
     causes = classify(calls)
+    trace_sha = file_digest(trace_path)
     started = time.monotonic()
     results, edited_by_arm = {}, {}
     for arm in swept:
         print(f"{PROG}: {arm.name} ({arm.describe()}, concurrency {arm.concurrency}): serving and replaying "
               f"{len(calls)} calls", file=sys.stderr, flush=True)
-        results[arm.name] = run_arm(arm, model_dir, calls, out / arm.name, arm.concurrency, run)
+        results[arm.name] = run_arm(arm, model_dir, calls, out / arm.name, arm.concurrency, run,
+                                    trace_sha, resume)
         rows, _ = read_run(out / arm.name / "report")
         edited_by_arm[arm.name] = edited_shares(rows, edited, run)
         results[arm.name]["causes"] = attribute(rows, causes, run)
@@ -265,7 +303,11 @@ def bench(trace_path: Path, out: Path, arms: list[Arm], concurrency: int | list[
     text = "\n\n".join(texts) + "\n\nradix prefix share by recurrent-state spacing (offline estimate, no_buffer): " + \
         ", ".join(f"{chunk}: {share:.1%}" for chunk, share in sensitivity.items())
     wall = time.monotonic() - started
+    reused = [a.name for a in swept if results[a.name].get("reused")]
     text += f"\n\nbenchmark wall time: {wall:.0f} s for {len(swept)} arm runs (one server at a time)"
+    served = sum(results[a.name]["replay_s"] for a in swept)
+    text += f"; replays {served:.0f} s in all" + (f" ({', '.join(reused)} reused from an earlier run: --resume)"
+                                                   if reused else "")
     (out / "table.md").write_text(text + "\n")
     summary = {"trace": str(trace_path), "calls": len(calls), "questions": questions, "edited_calls": len(edited),
                "wall_s": round(wall, 1),
@@ -306,6 +348,9 @@ def main(argv: list[str] | None = None) -> int:
                         "default: radix, exact and scr with their defaults (eval/arms.py)")
     parser.add_argument("--concurrency", default="4", metavar="N[,N...]",
                         help="conversations in flight; a list (1,4) runs every arm at each (default 4)")
+    parser.add_argument("--resume", action="store_true",
+                        help="do not serve again an arm whose folder holds a finished result measured on the same "
+                        "trace with the same server arguments and every check passed")
     parser.add_argument("--model", type=existing_dir, default=None, metavar="DIR",
                         help="model directory (default: the long-context tiny model, built once under .artifacts)")
     args = parser.parse_args(argv)
@@ -323,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
         if not trace.exists():
             synth_default(trace, args.questions, args.seed)
     model_dir = args.model or default_model(trace)
-    summary = bench(trace, args.out, arms, concurrencies, model_dir)
+    summary = bench(trace, args.out, arms, concurrencies, model_dir, resume=args.resume)
     failed = any(r["checks_failed"] or r.get("exact_prediction", {}).get("share", 1.0) < 1.0
                  for r in summary["results"].values())
     return 1 if failed else 0
