@@ -34,7 +34,7 @@ import sys
 import time
 from pathlib import Path
 
-from eval.accounting.causes import attribute, classify, relocation_read_bound
+from eval.accounting.causes import attribute, classify, relocation_read_bound, session_use
 from eval.arms import Arm, ArmError, baseline, parse_arms, parse_concurrency, sweep
 from eval.server import ServerProcess, wait_for_events
 
@@ -194,13 +194,13 @@ def run_arm(arm: Arm, model_dir: Path, calls, out: Path, concurrency: int, run: 
     return result
 
 
-def relocated_blocks(log_path: Path) -> dict[str, list[tuple[int, int]]]:
-    """rid -> ``[(stop, rows)]`` of each relocated block, from the server log's splice lines."""
+def scr_log(log_path: Path):
+    """The scr arm's server log, read (``eval.accounting.server_log.parse_log``): its splice lines
+    give each relocated block, its ``kv6trace ev=req`` lines each call's session."""
     from eval.accounting.server_log import parse_log
 
     with open(log_path, errors="replace") as f:
-        parsed = parse_log(f)
-    return {rid: [(s["stop"], s["relocated"]) for s in splices] for rid, splices in parsed.splices.items()}
+        return parse_log(f)
 
 
 def cause_cells(result: dict, key: str) -> str:
@@ -235,6 +235,10 @@ def headline(results: dict[str, dict], table: dict[str, dict], edited: dict[str,
         ("scr: read only for want of a state inside relocated rows (offline bound), points",
          lambda n: f"{results[n]['relocation_read_bound']['points']:.1f}" if "relocation_read_bound" in results[n]
          else ""),
+        ("scr: sessions (merged across conversations) / calls that missed their conversation's session",
+         lambda n: (f"{results[n]['sessions']['sessions']} ({results[n]['sessions']['merged']}) / "
+                    f"{results[n]['sessions']['split_calls']} (read {results[n]['sessions']['split_read_points']:.1f} pts)")
+         if "sessions" in results[n] else ""),
         ("checks", lambda n: "pass" if not results[n]["checks_failed"] else f"FAILED ({len(results[n]['checks_failed'])})"),
     ]
     lines = [f"{questions} questions; the tiny random model on CPU (cost side only, not quality)", "",
@@ -286,8 +290,12 @@ def bench(trace_path: Path, out: Path, arms: list[Arm], concurrency: int | list[
         edited_by_arm[arm.name] = edited_shares(rows, edited, run)
         results[arm.name]["causes"] = attribute(rows, causes, run)
         if arm.policy == "scr":
-            results[arm.name]["relocation_read_bound"] = relocation_read_bound(
-                calls, {r["rid"]: r for r in rows}, relocated_blocks(out / arm.name / "server.log"), run)
+            parsed = scr_log(out / arm.name / "server.log")
+            by_rid = {r["rid"]: r for r in rows}
+            blocks = {rid: [(s["stop"], s["relocated"]) for s in splices] for rid, splices in parsed.splices.items()}
+            results[arm.name]["relocation_read_bound"] = relocation_read_bound(calls, by_rid, blocks, run)
+            sessions = {rid: item["sid"] for rid, item in parsed.traces.items()}
+            results[arm.name]["sessions"] = session_use(calls, sessions, by_rid, run)
     questions = len({c.conversation for c in calls})
     texts, compared_all = [], {}
     for c in concurrencies:

@@ -104,3 +104,36 @@ def relocation_read_bound(calls, rows: Mapping[str, Mapping], relocations: Mappi
         earlier.append((sequence, list(relocations.get(rid, ()))))
     prompt = sum(len(c.prompt_ids) for c in calls)
     return {"tokens": bound, "calls": calls_counted, "points": 100.0 * bound / prompt if prompt else 0.0}
+
+
+def session_use(calls, sessions: Mapping[str, str], rows: Mapping[str, Mapping], run: str) -> dict[str, float]:
+    """How SCR's content matching grouped the calls into sessions, from ``sessions`` (rid -> sid,
+    the server log's ``kv6trace ev=req`` lines; ``eval.accounting.server_log.parse_log``).
+
+    ``merged``: sessions that served calls of more than one conversation (a session identity
+    taken from the request, ``session_identity=rid|session_id``, can never merge). ``split``:
+    calls (not a conversation's first) whose session differs from their conversation's previous
+    call's, i.e. where content matching did not find the conversation's own session; only these
+    calls can be served differently under a request-given identity. Their prompt tokens and the
+    tokens the arm read for them (``rows``: rid -> ingested row) say how much is at stake.
+    """
+    conversations_of: dict[str, set[str]] = defaultdict(set)
+    last: dict[str, str] = {}
+    split = split_prompt = split_read = 0
+    for call in calls:
+        rid = call.rid(run)
+        sid = sessions.get(rid)
+        if sid is None:
+            continue
+        conversations_of[sid].add(call.conversation)
+        previous = last.get(call.conversation)
+        if previous is not None and previous != sid:
+            split += 1
+            split_prompt += len(call.prompt_ids)
+            split_read += (rows.get(rid) or {}).get("read", 0)
+        last[call.conversation] = sid
+    prompt = sum(len(c.prompt_ids) for c in calls)
+    return {"sessions": len(conversations_of), "conversations": len(last),
+            "merged": sum(1 for convs in conversations_of.values() if len(convs) > 1),
+            "split_calls": split, "split_prompt_tokens": split_prompt, "split_read_tokens": split_read,
+            "split_read_points": 100.0 * split_read / prompt if prompt else 0.0}

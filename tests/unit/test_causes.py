@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from eval.accounting.causes import attribute, classify, relocation_read_bound
+from eval.accounting.causes import attribute, classify, relocation_read_bound, session_use
 from eval.traces.format import TraceCall
 
 
@@ -52,3 +52,20 @@ def test_the_bound_counts_reads_up_to_the_end_of_an_earlier_relocated_region():
     resumed_past = relocation_read_bound(calls, {**rows, "r.q1.2": {"prefix_reused": 95, "moved": 0}}, {"r.q1.1": [(40, 40)]}, "r")
     assert resumed_past["tokens"] == 0
     assert relocation_read_bound(calls, rows, {}, "r")["tokens"] == 0
+
+
+def test_session_use_counts_merges_and_calls_that_missed_their_own_session():
+    calls = trace() + [TraceCall(conversation="q2", turn=t, prompt_ids=[5] * 10, completion_ids=[1], cache_salt=None,
+                                 meta={}) for t in range(3)]
+    sessions = {"r.q1.0": "s1", "r.q1.1": "s2", "r.q1.2": "s2", "r.q1.3": "s3", "r.q1.4": "s2",
+                "r.q2.0": "s9", "r.q2.1": "s3", "r.q2.2": "s3"}  # q1.5 has no trace line
+    rows = {f"r.q1.{t}": {"read": 10 * t} for t in range(6)} | {f"r.q2.{t}": {"read": 1} for t in range(3)}
+    out = session_use(calls, sessions, rows, "r")
+    # q1: s1 -> s2 (turn 1), s2 -> s3 (turn 3), s3 -> s2 (turn 4); q2: s9 -> s3 (turn 1)
+    assert out["split_calls"] == 4
+    assert out["split_read_tokens"] == 10 + 30 + 40 + 1
+    assert out["split_prompt_tokens"] == len(calls[1].prompt_ids) + len(calls[3].prompt_ids) + len(calls[4].prompt_ids) + 10
+    assert (out["sessions"], out["conversations"], out["merged"]) == (4, 2, 1)  # s3 served q1 and q2
+    total = sum(len(c.prompt_ids) for c in calls)
+    assert out["split_read_points"] == pytest.approx(100 * 81 / total)
+    assert session_use(calls, {}, rows, "r")["sessions"] == 0
