@@ -67,6 +67,9 @@ def test_serving_args_put_the_arms_settings_over_the_benchmarks():
     assert fine[fine.index("--chunked-prefill-size") + 1] == "64"
     assert "piece_tokens=64" in fine and "piece_tokens=832" not in fine
     scr = serving_args(parse_arm("s=scr:side_sessions=3"), 32768, 100000, 4)
-    assert "side_sessions=3" in scr and "side_tokens=32768" in scr and scr[scr.index("--chunked-prefill-size") + 1] == "512"
+    assert "side_sessions=3" in scr and "side_tokens" not in " ".join(scr)
+    assert scr[scr.index("--chunked-prefill-size") + 1] == "512"
+    # scr's default arm runs with the authors' deployed defaults: no setting added
+    assert "--cache-policy-set" not in serving_args(Arm("scr", "scr"), 32768, 100000, 4)
     assert bench_settings(Arm("radix", "radix"), 1, 1) == {}
     assert serving_args("radix", 8192, 9000, 1) == serving_args(Arm("radix", "radix"), 8192, 9000, 1)
