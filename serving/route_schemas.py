@@ -15,7 +15,9 @@ kept by hand. What is added here, each with the reason SGLang gives or the failu
   its check let two through and used one silently) and ``session_id`` / ``session_params``.
 * **Not empty**: a prompt list (``text: []`` answered 200 with ``[]``: no prompt at all).
 * **Server-only fields** of ``GenerateReqInput`` (``SERVER_ONLY``): SGLang sets them itself
-  (its comments mark them internal); a client value is refused instead of being trusted.
+  (its comments mark them internal); a client value is refused instead of being trusted. SGLang's
+  own default is accepted: the router spells every field of the request out (``return_bytes:
+  false``), and the default is what the server would have set.
 * **Namespace names**: ``extra_key`` (and ``cache_salt`` on the OpenAI routes) non-empty, without
   control characters, at most 256 characters (``policy/namespace.py``: what keeps namespaces apart).
 * **Template arguments**: ``chat_template_kwargs`` may not name a parameter of the tokenizer's
@@ -80,13 +82,15 @@ class RouteSchema:
     exclusive: tuple[tuple[str, ...], ...] = ()
     non_empty: tuple[str, ...] = ()
     server_only: Mapping[str, str] = field(default_factory=dict)
+    server_defaults: Mapping[str, object] = field(default_factory=dict)  # SGLang's defaults of those fields
     reserved_keys: Mapping[str, frozenset] = field(default_factory=dict)
     names: tuple[str, ...] = ()  # cache namespace names (policy/namespace.py); a list on /generate
 
     def rules_json(self) -> dict:
         """The rules beside the schema, as JSON (served with it)."""
         return {"exclusive": [list(g) for g in self.exclusive], "non_empty": list(self.non_empty),
-                "server_only": dict(self.server_only), "names": list(self.names),
+                "server_only": dict(self.server_only), "server_defaults": dict(self.server_defaults),
+                "names": list(self.names),
                 "reserved_keys": {k: sorted(v) for k, v in self.reserved_keys.items()}}
 
     @classmethod
@@ -98,6 +102,7 @@ class RouteSchema:
             raise ValueError(f"{route}: the body schema is not an object")
         return cls(route, body, tuple(tuple(g) for g in rules_json.get("exclusive", ())),
                    tuple(rules_json.get("non_empty", ())), dict(rules_json.get("server_only", {})),
+                   dict(rules_json.get("server_defaults", {})),
                    {k: frozenset(v) for k, v in rules_json.get("reserved_keys", {}).items()},
                    tuple(rules_json.get("names", ())))
 
@@ -106,7 +111,8 @@ class RouteSchema:
         ``SchemaError`` naming the first field it refuses."""
         check(body, self.body)
         for name, why in self.server_only.items():
-            if body.get(name) is not None:
+            value = body.get(name)
+            if value is not None and value != self.server_defaults.get(name):
                 raise SchemaError((name,), f"not accepted in a request: {why}")
         for group in self.exclusive:
             given = [name for name in group if body.get(name) is not None]
@@ -136,6 +142,15 @@ def sampling_struct(sampling_cls, refine: Mapping = {}) -> Struct:
     return Struct(full.name, {k: f for k, f in full.fields.items() if k not in INTERNAL_SAMPLING}, closed=True)
 
 
+def field_defaults(cls, names: Iterable[str]) -> dict[str, object]:
+    """``cls``'s plain (JSON) defaults of the dataclass fields ``names``; None where it has none."""
+    import dataclasses
+
+    defaults = {f.name: f.default for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}
+    plain = (bool, int, float, str, type(None))
+    return {n: defaults[n] for n in names if isinstance(defaults.get(n), plain) and defaults.get(n) is not None}
+
+
 def build_routes(generate_cls, sampling_cls, session_cls, completion_cls, chat_cls,
                  template_arguments: Iterable[str]) -> dict[str, RouteSchema]:
     """Route -> its schema, from SGLang's classes and the names of ``apply_chat_template``'s
@@ -158,7 +173,8 @@ def build_routes(generate_cls, sampling_cls, session_cls, completion_cls, chat_c
 
     openai_names = ("cache_salt", "extra_key")
     return {
-        GENERATE: route(GENERATE, generate_cls, server_only=dict(SERVER_ONLY), names=("extra_key",)),
+        GENERATE: route(GENERATE, generate_cls, server_only=dict(SERVER_ONLY),
+                        server_defaults=field_defaults(generate_cls, SERVER_ONLY), names=("extra_key",)),
         COMPLETIONS: route(COMPLETIONS, completion_cls, names=openai_names),
         CHAT: route(CHAT, chat_cls, reserved_keys={"chat_template_kwargs": frozenset(template_arguments)},
                     names=openai_names),

@@ -69,6 +69,7 @@ ISSUE_19 = [
     (GENERATE, sampling(temperture=0.5), "sampling_params.temperture: unknown field"),
     (GENERATE, sampling(stop_strs=["x"]), "sampling_params.stop_strs: unknown field"),  # internal, not API
     (GENERATE, {**GEN, "http_worker_ipc": "ipc:///tmp/x"}, "http_worker_ipc: not accepted in a request"),
+    (GENERATE, {**GEN, "return_bytes": True}, "return_bytes: not accepted in a request"),
     (GENERATE, {**GEN, "logprob_start_len": "0"}, "logprob_start_len: must be"),
 ]
 
@@ -77,6 +78,18 @@ ISSUE_19 = [
 def test_issue_19_requests_are_refused_naming_the_field(routes, route, body, expected):
     found = refusal(routes, route, body)
     assert found is not None and found.startswith(expected), found
+
+
+def test_a_server_only_field_at_sglangs_default_is_accepted(routes):
+    """The router spells every field of a /generate request out, server-only ones at their
+    defaults (``return_bytes: false``); that is what the server would set, so it passes."""
+    assert routes[GENERATE].check({**GEN, "return_bytes": False, "lora_id": None})["return_bytes"] is False
+    from serving.schema import to_json
+
+    route = routes[GENERATE]
+    rebuilt = type(route).from_json(GENERATE, to_json(route.body), route.rules_json())
+    assert rebuilt.server_defaults == {"return_bytes": False}
+    assert rebuilt.check({**GEN, "return_bytes": False})["return_bytes"] is False
 
 
 def test_null_where_sglang_has_a_default_means_unset(routes):
