@@ -54,7 +54,7 @@ def trace_sizes(calls) -> tuple[int, int]:
     return context_len, min(2_000_000, sum(len(c.prompt_ids) + len(c.completion_ids) for c in calls) + context_len)
 
 
-def bench_settings(arm: Arm, context_len: int, concurrency: int) -> dict[str, str]:
+def bench_settings(arm: Arm) -> dict[str, str]:
     """The policy settings an arm runs with: the benchmark's serving configuration (exact: B = 832,
     R = 6,656; scr: the authors' deployed defaults, 12 side slots of 30,000 rows, untouched), then
     the arm's own settings, which win. Fewer side slots are an arm, not a default: with 8, content
@@ -69,7 +69,7 @@ def serving_args(arm: Arm | str, context_len: int, pool_tokens: int, concurrency
     """Launcher arguments of ``arm`` (a policy name: its defaults) for a trace with prompts up to
     ``context_len`` tokens. exact reads in pieces of its B, the others in 512-token chunks."""
     arm = arm if isinstance(arm, Arm) else Arm(arm, arm)
-    settings = bench_settings(arm, context_len, concurrency)
+    settings = bench_settings(arm)
     chunk = settings["piece_tokens"] if arm.policy == "exact" else str(CHUNK)
     return ["--context-length", str(context_len), "--max-total-tokens", str(pool_tokens),
             "--max-running-requests", str(max(2, concurrency)), "--max-mamba-cache-size", "4096",
@@ -187,7 +187,7 @@ def run_arm(arm: Arm, model_dir: Path, calls, out: Path, concurrency: int, run: 
               "trace_sha256": trace_sha, "replay_s": round(wall, 1), "checks_failed": failures, "server_args": args,
               "fatal_lines": server.fatal_lines()[:5]}
     if arm.policy == "exact":
-        settings = bench_settings(arm, context_len, concurrency)
+        settings = bench_settings(arm)
         result["exact_prediction"] = exact_agreement(calls, events, run, int(settings["piece_tokens"]),
                                                      int(settings["retain_every"]))
     (out / "bench.json").write_text(json.dumps(result, indent=2) + "\n")

@@ -143,7 +143,8 @@ def sampling_struct(sampling_cls, refine: Mapping = {}) -> Struct:
 
 
 def field_defaults(cls, names: Iterable[str]) -> dict[str, object]:
-    """``cls``'s plain (JSON) defaults of the dataclass fields ``names``; None where it has none."""
+    """``cls``'s plain (JSON) defaults of the dataclass fields ``names``; a field whose default is
+    None (what an absent field means anyway) or not plain JSON is left out."""
     import dataclasses
 
     defaults = {f.name: f.default for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}

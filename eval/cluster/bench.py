@@ -92,7 +92,7 @@ def run_cluster(arm: Arm | str, model_dir: Path, calls, out: Path, workers: int,
               "split_conversations": split_conversations(where), "load": load(where, events),
               "conversations": len({c.conversation for c in calls})}
     if arm.policy == "exact":
-        settings = bench_settings(arm, trace_sizes(calls)[0], concurrency)
+        settings = bench_settings(arm)
         result["exact_prediction"] = per_worker_prediction(calls, events, where, run, int(settings["piece_tokens"]),
                                                            int(settings["retain_every"]))
     (out / "cluster.json").write_text(json.dumps(result, indent=2) + "\n")

@@ -71,5 +71,5 @@ def test_serving_args_put_the_arms_settings_over_the_benchmarks():
     assert scr[scr.index("--chunked-prefill-size") + 1] == "512"
     # scr's default arm runs with the authors' deployed defaults: no setting added
     assert "--cache-policy-set" not in serving_args(Arm("scr", "scr"), 32768, 100000, 4)
-    assert bench_settings(Arm("radix", "radix"), 1, 1) == {}
+    assert bench_settings(Arm("radix", "radix")) == {}
     assert serving_args("radix", 8192, 9000, 1) == serving_args(Arm("radix", "radix"), 8192, 9000, 1)
