@@ -4,7 +4,9 @@ Why (``exact`` on CPU, docs/exact.md §5.10): an fp32 ``F.linear``/``matmul`` ta
 path for one row (GEMV) than for several (blocked GEMM), so a warm request decoded beside others
 would differ from the cold read decoded alone. Prefill needs nothing: ``exact`` prefills one
 request at a time in the same pieces warm and cold. Everything else on the decode path is per row
-already (torch-native attention per request, norms, the GDN recurrence, the conv). On a GPU
+already (torch-native attention per request, norms, the GDN recurrence, the conv) or per
+sequence by construction (the GDN gates, ``patches/cpu/kernels._decode_sequences``: an
+elementwise op's SIMD body and scalar tail round differently). On a GPU
 SGLang's ``--enable-deterministic-inference`` gives batch-invariant kernels instead.
 
 Cost: B one-row products per layer instead of one B-row product, but the B requests still share

@@ -381,27 +381,39 @@ def fused_sigmoid_gating_delta_rule_update(
     if cu_seqlens is None:
         raise NotImplementedError("CPU GDN decode needs cu_seqlens")
     scale = k.shape[-1] ** -0.5 if scale is None else scale
-    g = _log_decay(A_log, a, dt_bias, softplus_beta, softplus_threshold)
-    beta = torch.sigmoid(b.float())  # the fused kernel keeps beta in fp32 (no storage rounding)
-    # The fused kernel normalises q and k in fp32 registers: no rounding to the input dtype.
-    qf, kf = (_expand_heads(t[0].float(), v.shape[-2]) for t in (q, k))
-    if use_qk_l2norm_in_kernel:
-        qf, kf = _l2norm_fp32(qf), _l2norm_fp32(kf)
-    return _decode_sequences(qf, kf, v, g, beta, scale, initial_state_source, initial_state_indices, cu_seqlens)
+    gating = (A_log, dt_bias, softplus_beta, softplus_threshold)
+    return _decode_sequences(q, k, v, a, b, gating, scale, use_qk_l2norm_in_kernel, initial_state_source,
+                             initial_state_indices, cu_seqlens)
 
 
-def _decode_sequences(qf, kf, v, g, beta, scale: float, states, slots, cu_seqlens) -> torch.Tensor:
+def _decode_sequences(q, k, v, a, b, gating, scale: float, l2norm: bool, states, slots, cu_seqlens) -> torch.Tensor:
     """The fused decode kernel's sequences: token by token from each slot's state (fp32), the
-    final state written back in the pool's dtype; rows of a negative slot stay zero."""
-    vf = v[0].float()
+    final state written back in the pool's dtype; rows of a negative slot stay zero.
+
+    Everything, the gating included, is computed on one sequence's rows at a time. Why: torch
+    runs an elementwise op's vector body over whole SIMD chunks of the flattened tensor and a
+    scalar loop over the tail, and the two round ``softplus``/``sigmoid`` differently. Over the
+    batch's ``[T, HV]`` gates a sequence's row would land in the body or the tail depending on
+    its neighbours, so a request decoded beside others would get other bits than alone
+    (``exact`` promises the same bits, ``patches/row_invariance.py``).
+    """
+    A_log, dt_bias, softplus_beta, softplus_threshold = gating
     out = torch.zeros_like(v)
     bounds = cu_seqlens.tolist()
     for i, slot in enumerate(slots.tolist()):
         if slot < 0:
             continue
+        rows = slice(bounds[i], bounds[i + 1])
+        g = _log_decay(A_log, a[rows], dt_bias, softplus_beta, softplus_threshold)
+        beta = torch.sigmoid(b[rows].float())  # the fused kernel keeps beta in fp32 (no storage rounding)
+        # The fused kernel normalises q and k in fp32 registers: no rounding to the input dtype.
+        qf, kf = (_expand_heads(t[0, rows].float(), v.shape[-2]) for t in (q, k))
+        if l2norm:
+            qf, kf = _l2norm_fp32(qf), _l2norm_fp32(kf)
+        vf = v[0, rows].float()
         state = states[slot].float().transpose(-1, -2)
-        for t in range(bounds[i], bounds[i + 1]):
+        for t in range(rows.stop - rows.start):
             o, state = gdn_recurrent_step(qf[t], kf[t], vf[t], g[t], beta[t], state, scale)
-            out[0, t] = o.to(v.dtype)
+            out[0, rows.start + t] = o.to(v.dtype)
         states[slot] = state.transpose(-1, -2).to(states.dtype)
     return out
