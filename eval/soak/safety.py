@@ -112,13 +112,19 @@ class NamespaceProbe:
 
 
 def namespace_sequences(tag: str) -> list[list[NamespaceProbe]]:
-    """The collisions of SGLang 0.5.16, with names unique to this run (``tag``)."""
+    """The collisions of SGLang 0.5.16, with names unique to this run (``tag``).
+
+    The positive control (``same``) follows its prime at once: the isolated probes each cache
+    another namespace's copy of the prompt, and under a small recurrent-state pool (the engine
+    tests run radix with 32 slots) they would evict the prime's states first, so a control sent
+    after them reused nothing for a reason that is not namespaces. Sent first, it also leaves the
+    freshest entry a colliding probe would hit."""
     a, b, t = f"ns-{tag}-A", "B", f"ns-{tag}-tenant"
     return [
         [NamespaceProbe("completions", a + b, None, "prime"),
+         NamespaceProbe("generate", None, a + b, "same"),
          NamespaceProbe("completions", a, b, "isolated"),
-         NamespaceProbe("completions", None, a + b, "isolated"),
-         NamespaceProbe("generate", None, a + b, "same")],
+         NamespaceProbe("completions", None, a + b, "isolated")],
         [NamespaceProbe("generate", None, t + "X", "prime"),
          NamespaceProbe("completions", t, "X", "isolated")],
         [NamespaceProbe("completions", f"ns-{tag}-plain", None, "prime"),

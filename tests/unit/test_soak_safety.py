@@ -123,9 +123,9 @@ def namespace_run(outcomes: dict[tuple[int, int], Probe]):
 def test_check_namespaces_passes_a_correct_run_and_fails_each_fault():
     assert safety.check_namespaces(*namespace_run({})).status == PASS
     assert safety.check_namespaces([], None).status == SKIPPED
-    shared = safety.check_namespaces(*namespace_run({(0, 2): Probe(reused=64)}))  # "A" + "B" read "AB"'s prefix
+    shared = safety.check_namespaces(*namespace_run({(0, 3): Probe(reused=64)}))  # "A" + "B" read "AB"'s prefix
     assert shared.status == FAIL and "reused 64 tokens of another namespace" in shared.offenders[0]
-    blind = safety.check_namespaces(*namespace_run({(0, 4): Probe(reused=0)}))  # the control saw no reuse
+    blind = safety.check_namespaces(*namespace_run({(0, 2): Probe(reused=0)}))  # the control saw no reuse
     assert blind.status == FAIL and "cannot see reuse" in blind.offenders[0]
     accepted = safety.check_namespaces(*namespace_run({(2, 2): Probe(status=200)}))  # the empty salt accepted
     assert accepted.status == FAIL
@@ -134,7 +134,10 @@ def test_check_namespaces_passes_a_correct_run_and_fails_each_fault():
 
 
 def test_namespace_sequences_cover_the_collisions_of_sglang_0_5_16():
-    probes = [p for seq in safety.namespace_sequences("t") for p in seq]
+    sequences = safety.namespace_sequences("t")
+    # The control follows its prime at once (before other namespaces' copies can evict the prime).
+    assert [p.role for p in sequences[0][:2]] == ["prime", "same"]
+    probes = [p for seq in sequences for p in seq]
     joined = {(p.cache_salt or "") + (p.extra_key or "") for p in probes if p.role in ("prime", "isolated")}
     assert len({p.expected_namespace() for p in probes if p.role != "refused"}) == 6  # all apart but the control
     assert namespace("ns-t-A" + "B", None) in {p.expected_namespace() for p in probes if p.role == "same"}
