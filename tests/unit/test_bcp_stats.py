@@ -3,7 +3,11 @@
 
 from __future__ import annotations
 
+import itertools
 import math
+import random
+from collections import Counter
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -106,25 +110,207 @@ def _outcomes(table: PairedTable, seed: int = 0):
     return [p[0] for p in pairs], [p[1] for p in pairs]
 
 
+# ----------------------------------------------------------------------------- paired bootstrap
+#
+# Percentile convention of ``paired_bootstrap`` (pinned by test_bootstrap_percentile_convention):
+# with M resampled mean differences sorted as v_0 <= ... <= v_{M-1} and alpha = 1 - conf,
+# low/high are numpy's default ("linear", Hyndman-Fan type 7) quantiles at alpha/2 and 1 - alpha/2:
+# the value at the 0-based position h = (M - 1) p, interpolated linearly between v_floor(h) and
+# v_ceil(h). scipy.stats.bootstrap(method="percentile") uses the same quantile rule. ``se`` is the
+# sample standard deviation (ddof=1) of the M resampled differences. Resampling is paired: one
+# index per question draws that question's (baseline, arm) pair.
+
+
+def _half_width_tolerance_check(tol, ci95, ci90):
+    """A tolerance is only meaningful if it cannot confuse the 95% interval with the 90% one."""
+    gap = min(ci90[0] - ci95[0], ci95[1] - ci90[1])
+    assert 0 < tol < gap, f"tolerance {tol} does not separate the 90% from the 95% interval (gap {gap})"
+
+
 def test_bootstrap_is_seeded_and_near_the_wald_interval():
-    table = PairedTable(450, 60, 80, 240)
+    n, table = 830, PairedTable(450, 60, 80, 240)
     base, arm = _outcomes(table)
-    boot = paired_bootstrap(base, arm, num_resamples=4000, seed=1)
-    assert boot == paired_bootstrap(base, arm, num_resamples=4000, seed=1)
-    assert boot != paired_bootstrap(base, arm, num_resamples=4000, seed=2)
+    boot = paired_bootstrap(base, arm, num_resamples=20_000, seed=1)  # default conf: 95%
+    assert boot == paired_bootstrap(base, arm, num_resamples=20_000, seed=1)
+    assert boot != paired_bootstrap(base, arm, num_resamples=20_000, seed=2)
     assert boot.diff == pytest.approx(table.diff)
-    lo, hi = wald_paired_ci(table, 0.95)
-    assert boot.low == pytest.approx(lo, abs=0.004) and boot.high == pytest.approx(hi, abs=0.004)
-    assert boot.se == pytest.approx(wald_se(table), rel=0.1)
+    assert (boot.num_resamples, boot.seed) == (20_000, 1)
+    # Resampled differences live on the grid k / n; at n = 830 the 95% and 90% Wald ends are
+    # ~3.7 grid steps apart, and the bootstrap ends sit within one step of Wald's.
+    tol = 1 / n
+    wald95, wald90 = wald_paired_ci(table, 0.95), wald_paired_ci(table, 0.90)
+    _half_width_tolerance_check(tol, wald95, wald90)
+    assert (boot.low, boot.high) == pytest.approx(wald95, abs=tol)
+    boot90 = paired_bootstrap(base, arm, num_resamples=20_000, seed=1, conf=0.90)
+    assert (boot90.low, boot90.high) == pytest.approx(wald90, abs=tol)
+    assert boot.se == pytest.approx(wald_se(table), rel=0.03)
+
+
+def _scipy_percentile_ci(base, arm, conf, seed):
+    def stat(x, y, axis=-1):
+        return np.mean(y, axis=axis) - np.mean(x, axis=axis)
+
+    res = sp.bootstrap((np.array(base, float), np.array(arm, float)), stat, paired=True, vectorized=True,
+                       n_resamples=20_000, batch=2_000, method="percentile", confidence_level=conf,
+                       rng=np.random.default_rng(seed))
+    return res.confidence_interval.low, res.confidence_interval.high
 
 
 def test_bootstrap_matches_scipy_percentile_bootstrap():
+    """Against scipy's paired percentile bootstrap (independent resamples, so not bit-equal)."""
+    n = 830
     base, arm = _outcomes(PairedTable(450, 60, 80, 240), seed=3)
-    ours = paired_bootstrap(base, arm, num_resamples=5000, seed=0)
-    ref = sp.bootstrap((np.array(base, float), np.array(arm, float)), lambda x, y: np.mean(y) - np.mean(x),
-                       paired=True, vectorized=False, n_resamples=5000, method="percentile",
-                       rng=np.random.default_rng(0)).confidence_interval
-    assert ours.low == pytest.approx(ref.low, abs=0.005) and ours.high == pytest.approx(ref.high, abs=0.005)
+    ref95, ref90 = _scipy_percentile_ci(base, arm, 0.95, 100), _scipy_percentile_ci(base, arm, 0.90, 100)
+    # Both sides quantise to the grid k / 830; 20k resamples each put the ends at most one grid
+    # step apart, while scipy's own 90% and 95% ends are >= 3 steps apart.
+    tol = 1.5 / n
+    _half_width_tolerance_check(tol, ref95, ref90)
+    ours95 = paired_bootstrap(base, arm, num_resamples=20_000, seed=0)  # default conf: 95%
+    ours90 = paired_bootstrap(base, arm, num_resamples=20_000, seed=0, conf=0.90)
+    assert (ours95.low, ours95.high) == pytest.approx(ref95, abs=tol)
+    assert (ours90.low, ours90.high) == pytest.approx(ref90, abs=tol)
+
+
+def _exact_bootstrap(base, arm):
+    """Exact distribution of the resampled mean difference: all n**n equally likely index tuples.
+
+    Returns {value: probability} with Fractions (value = sum / n), independent of numpy.
+    """
+    n = len(base)
+    d = [int(a) - int(b) for b, a in zip(base, arm)]
+    counts = Counter(sum(d[i] for i in idx) for idx in itertools.product(range(n), repeat=n))
+    return {Fraction(s, n): Fraction(c, n ** n) for s, c in sorted(counts.items())}
+
+
+def _exact_quantile(dist, p):
+    """The p-quantile of the exact distribution: the smallest v with P[V <= v] >= p.
+
+    A Monte Carlo percentile (any interpolation rule) converges to this value whenever no atom's
+    CDF equals p; also returns the distance from p to the nearest CDF value, so a case can show
+    that it is far from such a tie.
+    """
+    cdf, out = Fraction(0), None
+    nearest = Fraction(1)
+    for v, prob in dist.items():
+        cdf += prob
+        nearest = min(nearest, abs(cdf - p))
+        if out is None and cdf >= p:
+            out = v
+    return out, nearest
+
+
+def _exact_ci(dist, conf):
+    alpha = 1 - Fraction(conf)
+    (lo, m_lo), (hi, m_hi) = _exact_quantile(dist, alpha / 2), _exact_quantile(dist, 1 - alpha / 2)
+    return (float(lo), float(hi)), min(m_lo, m_hi)
+
+
+def _exact_se(dist):
+    mean = sum(v * p for v, p in dist.items())
+    return math.sqrt(sum((v - mean) ** 2 * p for v, p in dist.items()))
+
+
+# (baseline, arm) on 4-6 questions; per-question differences arm - baseline in {-1, 0, 1}.
+EXACT_CASES = [
+    pytest.param([0, 1, 1, 0, 1, 0], [1, 0, 1, 0, 0, 1], id="n6-two-up-two-down"),  # d = +1 -1 0 0 -1 +1
+    pytest.param([1, 1, 0, 1, 0], [0, 1, 0, 1, 1], id="n5-one-up-one-down"),          # d = -1 0 0 0 +1
+    pytest.param([1, 0, 1, 0], [0, 0, 1, 1], id="n4-one-up-one-down"),                # d = -1 0 0 +1
+    pytest.param([1, 1, 1, 0, 0, 1], [1, 1, 0, 0, 1, 1], id="n6-last-but-one-up"),    # d = 0 0 -1 0 +1 0
+]
+
+
+@pytest.mark.parametrize("base, arm", EXACT_CASES)
+def test_bootstrap_equals_exact_enumeration(base, arm):
+    """The percentile interval equals the exact bootstrap interval from all n**n resamples.
+
+    The cases are chosen so that (a) the exact 95% and 90% intervals differ at both ends by at
+    least one grid step 1/n, and (b) every CDF value is > 0.008 away from the levels 0.025, 0.05,
+    0.95, 0.975 (about 7 Monte Carlo standard errors at 20k resamples), so the Monte Carlo
+    percentile lands on the exact atom and a tolerance of 1e-12 is fair.
+    """
+    n = len(base)
+    dist = _exact_bootstrap(base, arm)
+    assert sum(dist.values()) == 1
+    exact95, margin95 = _exact_ci(dist, "0.95")
+    exact90, margin90 = _exact_ci(dist, "0.90")
+    assert min(margin95, margin90) > Fraction(8, 1000)  # the case is what the docstring says
+    tol = 1e-12
+    _half_width_tolerance_check(tol, exact95, exact90)
+    assert min(exact90[0] - exact95[0], exact95[1] - exact90[1]) >= 1 / n - 1e-12
+
+    ours95 = paired_bootstrap(base, arm, num_resamples=20_000, seed=5)  # the default conf is 95%
+    ours90 = paired_bootstrap(base, arm, num_resamples=20_000, seed=5, conf=0.90)
+    assert (ours95.low, ours95.high) == pytest.approx(exact95, abs=tol)
+    assert (ours90.low, ours90.high) == pytest.approx(exact90, abs=tol)
+    assert ours95.diff == pytest.approx(float(sum(Fraction(a - b, n) for b, a in zip(base, arm))), abs=1e-15)
+    assert ours95.se == pytest.approx(_exact_se(dist), rel=0.03)
+
+
+@pytest.mark.parametrize("position", [0, 3, 5], ids=["first", "middle", "last"])
+def test_bootstrap_draws_every_question(position):
+    """Only one question is discordant (arm right, baseline wrong); a resampler that never draws
+    it (e.g. indices in range(n - 1) for the last one) would give the interval [0, 0] and se 0.
+
+    Exactly: the number of draws of that question is K ~ Binomial(6, 1/6), the resampled
+    difference is K / 6, its 95% interval is [0, 3/6] (P[K <= 2] = 0.938, P[K <= 3] = 0.991)
+    and its sd is sqrt(6 * 1/6 * 5/6) / 6 = 0.152.
+    """
+    n = 6
+    base, arm = [1] * n, [1] * n
+    base[position] = 0
+    dist = _exact_bootstrap(base, arm)
+    exact95, margin = _exact_ci(dist, "0.95")
+    assert exact95 == (0.0, 0.5) and margin > Fraction(8, 1000)
+    se = _exact_se(dist)
+    assert se == pytest.approx(math.sqrt(6 * (1 / 6) * (5 / 6)) / 6, rel=1e-12)
+
+    boot = paired_bootstrap(base, arm, num_resamples=20_000, seed=11)
+    assert boot.diff == pytest.approx(1 / 6)
+    assert (boot.low, boot.high) == pytest.approx(exact95, abs=1e-12)
+    assert boot.se == pytest.approx(se, rel=0.03)
+
+
+class _ScriptedRng:
+    """Stands in for ``np.random.default_rng(seed)``: ``integers(0, n, size=(rows, n))`` hands out
+    the next ``rows`` prescribed index rows, so the resampled differences are known exactly."""
+
+    def __init__(self, rows, n):
+        self.rows, self.n, self.used = np.asarray(rows), n, 0
+
+    def integers(self, low, high=None, size=None, **kw):
+        assert (low, high) == (0, self.n) and kw == {}, "resampler must draw indices uniformly from 0..n-1"
+        rows, cols = size
+        assert cols == self.n and self.used + rows <= len(self.rows)
+        out = self.rows[self.used: self.used + rows]
+        self.used += rows
+        return out
+
+
+@pytest.mark.parametrize("chunk", [1000, 4, 1], ids=lambda c: f"chunk{c}")
+@pytest.mark.parametrize("conf, low, high", [
+    # M = 17 resamples with sorted differences v_k = (k - 6) / 10, k = 0..16, so v_0 = -0.6, v_16 = 1.0.
+    # 95%: h = 16 * 0.025 = 0.4  -> v_0 + 0.4 (v_1 - v_0) = -0.56;  h = 16 * 0.975 = 15.6 -> 0.96.
+    # 90%: h = 16 * 0.05  = 0.8  -> -0.52;                          h = 16 * 0.95  = 15.2 -> 0.92.
+    # (Nearest/lower/higher rules or an index off by one would give a multiple of 0.1 instead.)
+    pytest.param(0.95, -0.56, 0.96, id="95%"),
+    pytest.param(0.90, -0.52, 0.92, id="90%"),
+])
+def test_bootstrap_percentile_convention(monkeypatch, chunk, conf, low, high):
+    n = 10
+    base = [0, 1] + [1] * (n - 2)  # question 0: arm right only (+1); question 1: baseline right only (-1)
+    arm = [1, 0] + [1] * (n - 2)
+    values = list(range(-6, 11))  # resampled difference k / 10 for each of these k
+    random.Random(4).shuffle(values)
+    rows = [[0] * k + [2] * (n - k) if k >= 0 else [1] * -k + [2] * (n + k) for k in values]
+    rng = _ScriptedRng(rows, n)
+    seeds = []
+    monkeypatch.setattr(np.random, "default_rng", lambda seed=None: seeds.append(seed) or rng)
+    boot = paired_bootstrap(base, arm, num_resamples=len(rows), seed=7, conf=conf, chunk=chunk)
+    assert seeds == [7] and rng.used == len(rows)
+    assert boot.diff == 0.0
+    assert (boot.low, boot.high) == pytest.approx((low, high), abs=1e-12)
+    assert boot.se == pytest.approx(float(np.std(np.array(values) / 10, ddof=1)), rel=1e-12)
+    assert (boot.num_resamples, boot.seed) == (17, 7)
 
 
 def test_noise_floor_and_compare_arms():

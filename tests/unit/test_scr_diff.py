@@ -392,23 +392,80 @@ def test_cdc_path_equals_the_spec_algorithm_on_random_edits(seed):
 # ----------------------------------------------------------------------- verifier / fallback
 
 
-@pytest.mark.parametrize(
-    "ops, ok",
-    [
-        pytest.param([("equal", 0, 1, 0, 1), ("replace", 1, 2, 1, 2), ("equal", 2, 3, 2, 3)], True,
-                     id="difflib-ops"),
-        pytest.param([("equal", 0, 3, 0, 3)], False, id="false-equality"),
-        pytest.param([("replace", 1, 2, 1, 2), ("equal", 2, 3, 2, 3)], False, id="not-from-origin"),
-        pytest.param([("equal", 0, 1, 0, 1), ("equal", 2, 3, 2, 3)], False, id="gap"),
-        pytest.param([("equal", 0, 1, 0, 1), ("replace", 0, 2, 1, 2), ("equal", 2, 3, 2, 3)], False,
-                     id="overlap-old"),
-        pytest.param([("equal", 0, 1, 0, 1), ("replace", 1, 2, 1, 2)], False, id="short-end"),
-        pytest.param([], False, id="empty"),
-        pytest.param([("replace", 0, 3, 0, 3)], True, id="one-replace"),
-    ],
-)
-def test_verifier(ops, ok):
-    assert verify_opcodes([1, 2, 3], [1, 9, 3], ops) is ok
+# verify_opcodes (§6.1 step 6) accepts ops iff they start at (0, 0), are contiguous on both sides
+# (each op starts where the previous one ended, on the old *and* the new side), end at
+# (len(old), len(new)), and every equal op's old and new tokens are the same. Each refusal case
+# below breaks exactly one condition where possible; the comment names the check that alone
+# refuses it, so removing that check from verify_opcodes makes the case fail.
+OLD, NEW = [1, 2, 3], [1, 9, 3]
+DIFFLIB_OPS = [("equal", 0, 1, 0, 1), ("replace", 1, 2, 1, 2), ("equal", 2, 3, 2, 3)]
+
+VERIFIER_ACCEPTS = [
+    pytest.param(OLD, NEW, DIFFLIB_OPS, id="difflib-ops"),
+    pytest.param(OLD, NEW, [("replace", 0, 3, 0, 3)], id="one-replace"),
+    pytest.param([], [], [], id="both-empty-no-ops"),
+    pytest.param([], [4, 5], [("insert", 0, 0, 0, 2)], id="all-inserted"),
+    pytest.param([4, 5], [], [("delete", 0, 2, 0, 0)], id="all-deleted"),
+    pytest.param([1, 2, 3], [1, 2, 3, 4], [("equal", 0, 3, 0, 3), ("insert", 3, 3, 3, 4)], id="append"),
+    # Back-to-back equal ops are not merged by the CDC path (module docstring, interpretation 2).
+    pytest.param([1, 2, 3], [1, 2, 3], [("equal", 0, 1, 0, 1), ("equal", 1, 3, 1, 3)], id="adjacent-equal-ops"),
+]
+
+VERIFIER_REFUSES = [
+    # -- the end: i == len(old) and j == len(new)
+    pytest.param(OLD, NEW + [4], DIFFLIB_OPS, id="covers-old-stops-short-of-new"),        # j == len(new)
+    pytest.param(OLD + [4], NEW, DIFFLIB_OPS, id="covers-new-stops-short-of-old"),        # i == len(old)
+    pytest.param(OLD, NEW, [("equal", 0, 1, 0, 1), ("replace", 1, 2, 1, 2)], id="short-end-both"),
+    pytest.param(OLD, NEW, [("equal", 0, 1, 0, 1), ("replace", 1, 4, 1, 3)], id="overruns-old"),  # i == len(old)
+    pytest.param(OLD, NEW, [("equal", 0, 1, 0, 1), ("replace", 1, 3, 1, 4)], id="overruns-new"),  # j == len(new)
+    pytest.param([1], [], [], id="no-ops-but-old"),
+    pytest.param([], [1], [], id="no-ops-but-new"),
+    pytest.param(OLD, NEW, [], id="no-ops-both-non-empty"),
+    # -- the start and contiguity: i1 == i and j1 == j
+    pytest.param(OLD, NEW, [("replace", 1, 2, 1, 2), ("equal", 2, 3, 2, 3)], id="not-from-origin"),
+    pytest.param([5, 1, 2], [1, 2], [("equal", 1, 3, 0, 2)], id="not-from-origin-old-only"),   # i1 == i
+    pytest.param([1, 2], [5, 1, 2], [("equal", 0, 2, 1, 3)], id="not-from-origin-new-only"),   # j1 == j
+    pytest.param(OLD, NEW, [("equal", 0, 1, 0, 1), ("equal", 2, 3, 2, 3)], id="gap-both"),
+    pytest.param(OLD, NEW, [("equal", 0, 1, 0, 1), ("replace", 2, 3, 1, 3)], id="skips-part-of-old"),  # i1 == i
+    pytest.param(OLD, NEW, [("equal", 0, 1, 0, 1), ("replace", 1, 3, 2, 3)], id="skips-part-of-new"),  # j1 == j
+    pytest.param(OLD, NEW, [("equal", 0, 1, 0, 1), ("replace", 0, 2, 1, 2), ("equal", 2, 3, 2, 3)],
+                 id="overlap-old"),                                                                 # i1 == i
+    pytest.param(OLD, NEW, [("equal", 0, 1, 0, 1), ("replace", 1, 2, 0, 2), ("equal", 2, 3, 2, 3)],
+                 id="overlap-new"),                                                                 # j1 == j
+    pytest.param(OLD, NEW, DIFFLIB_OPS[::-1], id="out-of-order"),
+    pytest.param(OLD, NEW, [DIFFLIB_OPS[0], DIFFLIB_OPS[2], DIFFLIB_OPS[1]], id="swapped-ops"),
+    pytest.param(OLD, NEW, DIFFLIB_OPS + [DIFFLIB_OPS[2]], id="op-repeated"),
+    # -- equal ops must be truly equal
+    pytest.param(OLD, NEW, [("equal", 0, 3, 0, 3)], id="false-equality"),
+    pytest.param([1, 2, 3, 4], [1, 9, 3, 5], [("equal", 0, 1, 0, 1), ("replace", 1, 2, 1, 2), ("equal", 2, 4, 2, 4)],
+                 id="last-equal-op-differs-in-its-last-token"),
+    pytest.param([1, 2], [1, 2, 3], [("equal", 0, 2, 0, 3)], id="equal-op-of-unequal-lengths"),
+    pytest.param([7, 7], [7, 8], [("equal", 0, 1, 0, 1), ("equal", 1, 2, 1, 2)], id="second-equal-op-differs"),
+]
+
+
+@pytest.mark.parametrize("old, new, ops", VERIFIER_ACCEPTS)
+def test_verifier_accepts(old, new, ops):
+    assert verify_opcodes(old, new, ops) is True
+
+
+@pytest.mark.parametrize("old, new, ops", VERIFIER_REFUSES)
+def test_verifier_refuses(old, new, ops):
+    assert verify_opcodes(old, new, ops) is False
+
+
+@pytest.mark.parametrize("seed", range(20), ids=lambda s: f"seed{s}")
+def test_verifier_accepts_difflib_and_refuses_each_truncation(seed):
+    """Difflib's own ops always pass; dropping the last op or shifting any op's start never does."""
+    rng = random.Random(seed)
+    old = [rng.randrange(4) for _ in range(rng.randrange(1, 12))]
+    new = [rng.randrange(4) for _ in range(rng.randrange(1, 12))]
+    ops = difflib_opcodes(old, new)
+    assert verify_opcodes(old, new, ops) is True
+    assert verify_opcodes(old, new, ops[:-1]) is False
+    for k, (tag, i1, i2, j1, j2) in enumerate(ops):
+        for shifted in ((tag, i1 + 1, i2, j1, j2), (tag, i1, i2, j1 + 1, j2)):
+            assert verify_opcodes(old, new, ops[:k] + [shifted] + ops[k + 1:]) is False
 
 
 def test_authors_7_false_equality_falls_back(monkeypatch, caplog):
