@@ -17,6 +17,7 @@ from exact_cache.policy import ExactPolicy
 from exact_cache.replay import ReplayTree, replay
 from exact_cache.rules import KeepKind, cuts, floor_cut, keep_points, pieces, resume_bound, resume_point
 from policy.api import Arrival, Extend, Plan, Release, Snapshot
+from tests.reference.exact_oracle import ExactOracle, expected_reuse
 
 B, R = 64, 256
 PER, END, JUN = KeepKind.PERIODIC, KeepKind.PROMPT_END, KeepKind.JUNCTION
@@ -501,34 +502,6 @@ def test_replay_tree_holds_text_to_the_deepest_keep_point():
 # ---------------------------------------------------------------------- replay: brute-force cross-check
 
 
-def brute_force(prompts, piece, retain, spec_drop):
-    """An independent model: every cached text prefix and every snapshot prefix as a set of tuples,
-    the rules evaluated by scanning all positions of each prompt."""
-    text_prefixes: set[tuple] = {()}
-    snaps: set[tuple] = set()
-    results = []
-    for prompt in map(tuple, prompts):
-        n = len(prompt)
-        matched = max(k for k in range(0, n) if prompt[:k] in text_prefixes)  # k <= n - 1
-        grid = [k for k in range(0, n) if k % piece == 0]  # 0 and the cuts, all < n
-        a = max(k for k in grid if k <= matched) - spec_drop * piece
-        a = a if a > 0 else 0
-        resume = max([d for d in range(1, a + 1) if prompt[:d] in snaps], default=0)
-        wanted = {k for k in range(1, n) if k % retain == 0}
-        end = max(grid)
-        wanted |= {end, end - spec_drop * piece}
-        if a > resume:
-            wanted |= {a, a - spec_drop * piece}
-        keep = sorted(k for k in wanted if k > resume)
-        for k in keep:
-            assert k % piece == 0 and 0 < k < n
-            snaps.add(prompt[:k])
-        if keep:
-            text_prefixes.update(prompt[:k] for k in range(keep[-1] + 1))
-        results.append((resume, keep))
-    return results
-
-
 def random_trace(rng: random.Random) -> list[list[int]]:
     """Short prompts over 3 symbols, often built from an earlier prompt so prefixes collide."""
     prompts: list[list[int]] = []
@@ -543,23 +516,29 @@ def random_trace(rng: random.Random) -> list[list[int]]:
     return prompts
 
 
+@pytest.mark.parametrize("piece, retain", [(4, 4), (4, 8), (4, 12)])
 @pytest.mark.parametrize("spec_drop", [0, 1], ids=["S0", "S1"])
-def test_replay_matches_brute_force(spec_drop):
-    rng = random.Random(20240611 + spec_drop)
-    piece, retain = 4, 8
-    checked = hits = 0
-    for _ in range(200):
+def test_replay_matches_the_brute_force_oracle(spec_drop, piece, retain):
+    """``replay`` (the product's predictor, built on ``exact_cache.rules``) against the oracle the
+    engine tests use (``tests/reference/exact_oracle.py``: the spec's rules tried position by
+    position, no repo imports), on random traces whose prompts reuse, edit and cap each other."""
+    rng = random.Random(20240611 + spec_drop + 100 * retain)
+    checked = hits = capped = 0
+    for _ in range(150):
         prompts = random_trace(rng)
-        tree = ReplayTree(piece, retain, spec_drop)
-        got = [tree.serve(prompt) for prompt in prompts]
-        expected = brute_force(prompts, piece, retain, spec_drop)
-        assert [(resume, sorted(keep)) for resume, keep in got] == expected, prompts
-        assert replay(prompts, piece=piece, retain_every=retain, spec_drop=spec_drop) == [r for r, _ in expected]
-        for prompt, (resume, _) in zip(prompts, expected):
+        caps = [rng.choice([None, None, rng.randint(0, len(p) + 2)]) for p in prompts]
+        tree, oracle = ReplayTree(piece, retain, spec_drop), ExactOracle(piece, retain, spec_drop)
+        for prompt, cap in zip(prompts, caps):
+            resume, keep = tree.serve(prompt, cap)
+            expected = oracle.serve(prompt, cap)
+            assert (resume, sorted(keep)) == expected, (prompts, caps)
             assert resume % piece == 0 and resume < len(prompt)
+            hits += resume > 0
+            capped += cap is not None and cap < len(prompt) - 1
+        assert replay(prompts, piece=piece, retain_every=retain, spec_drop=spec_drop, caps=caps) == \
+            expected_reuse(prompts, piece=piece, retain_every=retain, spec_drop=spec_drop, caps=caps)
         checked += len(prompts)
-        hits += sum(1 for resume, _ in expected if resume > 0)
-    assert checked > 500 and hits > 100  # the traces exercise reuse, not just cold reads
+    assert checked > 400 and hits > 80 and capped > 50  # the traces exercise reuse and caps, not just cold reads
 
 
 def test_replay_with_a_match_cap():
