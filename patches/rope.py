@@ -27,6 +27,14 @@ def rerotate_keys_from_cache(keys: torch.Tensor, old_pos: torch.Tensor, new_pos:
     half = rotary_dim // 2
     if rotary_dim > keys.shape[-1]:
         raise ValueError(f"rotary_dim {rotary_dim} exceeds head_dim {keys.shape[-1]}")
+    rows = keys.shape[0]
+    for name, pos in (("old_pos", old_pos), ("new_pos", new_pos)):
+        # A length-1 or float position would broadcast or truncate silently, and a negative one
+        # would read the table from its end: each is a wrong rotation, never an error, otherwise.
+        if pos.dtype.is_floating_point or pos.dtype == torch.bool or tuple(pos.shape) != (rows,):
+            raise ValueError(f"{name}: {rows} integer positions expected, got {tuple(pos.shape)} {pos.dtype}")
+        if rows and int(pos.min()) < 0:
+            raise ValueError(f"{name}: negative position {int(pos.min())}")
     table = cos_sin_cache.to(torch.float32)
     old, new = table[old_pos.long()], table[new_pos.long()]
     cos_o, sin_o, cos_p, sin_p = old[:, :half], old[:, half:], new[:, :half], new[:, half:]
