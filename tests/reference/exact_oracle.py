@@ -1,8 +1,8 @@
 """What ``--cache-policy exact`` must reuse for each prompt of a sequence: the spec's rules as a
 brute force over token positions, for checking the server and ``exact_cache.replay``.
 
-Independence: written from ``../shared/docs/exact_cache_spec.md`` §5.3-§5.4 (and ``docs/exact.md``
-§5), importing nothing from the repo. Every quantity is found by trying every position, not by
+Independence: written from the spec's rules (docs/exact.md §5.3 and docs/exact.md §5.4),
+importing nothing from the repo. Every quantity is found by trying every position, not by
 arithmetic on the grid, so a rounding or off-by-one shortcut in the product code has nothing here
 to agree with:
 

@@ -4,7 +4,7 @@ relocates K rows) against keys computed fresh at the new position.
 Every test calls the production code: ``rerotate_keys_from_cache`` directly, or ``ScrTensors.place``
 (side buffer -> pool slots, then the re-rotation), never a copy of it.
 
-The reference is written here from the formula (``docs/scr.md`` §8, shared model spec §2.1 and §5),
+The reference is written here from the formula (``docs/scr.md`` §8, docs/model.md §2.1 and docs/model.md §5),
 not from the code under test: an un-rotated key ``k`` (random, unit-variance channels, like a key
 after k_norm) is rotated from scratch in float64 at an absolute position ``p`` with NeoX halves,
 ``k'[i] = k[i]·cos(pθ_i) − k[i+4]·sin(pθ_i)``, ``k'[i+4] = k[i+4]·cos(pθ_i) + k[i]·sin(pθ_i)``,
@@ -123,7 +123,7 @@ def bf16_bound(keys: torch.Tensor, old, new, table_angle_error: bool) -> torch.T
     has norm ≤ U16·‖pair‖, and a rotation keeps that norm) and the result's cast back to bf16
     (≤ U16·|k'| ≤ U16·‖pair‖); plus the fp32 arithmetic in between (``fp32_bound``, negligible).
     2·U16·‖pair‖ ≈ 7.8e-3·‖pair‖. Measured: at most 1.89·U16·‖pair‖ (0.0187 absolute on these
-    unit-variance keys) over 8,192 random rows, in line with the model spec's §5 table.
+    unit-variance keys) over 8,192 random rows, in line with the table of docs/model.md §5.
     """
     return 2 * U16 * pair_norm(keys) + fp32_bound(keys, old, new, table_angle_error)
 
@@ -237,7 +237,7 @@ def test_pass_through_channels_are_untouched_and_the_input_is_not_modified(dtype
 
 
 def test_one_rotation_beats_chained_rotations():
-    """Why the relocation always rotates once from the stored key (model spec §5): ten bf16
+    """Why the relocation always rotates once from the stored key (docs/model.md §5): ten bf16
     re-rotations by −100 drift further from the fresh key at p − 1000 than one by −1000."""
     k0 = unrotated_keys(64, seed=18)
     old = torch.arange(6000, 6064)
@@ -269,7 +269,7 @@ def relocation_engine(dtype, layers=2, pool_rows=96, side_tokens=64):
     engine.pool_kv = pool_kv
     engine.side = SideBuffer(pool_kv, sessions=2, tokens=side_tokens)
     engine.rotary = SimpleNamespace(cos_sin_cache=exact_table(MAX_POSITIONS))
-    # Side row r of slot 1 holds the key of position r (§8: "old position of side row k is k").
+    # Side row r of slot 1 holds the key of position r (docs/scr.md §8: "old position of side row k is k").
     k0 = [unrotated_keys(side_tokens, seed=20 + layer) for layer in range(layers)]
     rows = torch.arange(side_tokens)
     for layer, (keys, values) in enumerate(engine.side.kv):

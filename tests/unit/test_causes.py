@@ -69,3 +69,28 @@ def test_session_use_counts_merges_and_calls_that_missed_their_own_session():
     total = sum(len(c.prompt_ids) for c in calls)
     assert out["split_read_points"] == pytest.approx(100 * 81 / total)
     assert session_use(calls, {}, rows, "r")["sessions"] == 0
+
+
+def test_append_needs_the_previous_completion_up_to_its_last_token():
+    """The next prompt holds the previous completion without its final (end-of-turn) token; one
+    that keeps only part of it is no append."""
+    first = TraceCall(conversation="q3", turn=0, prompt_ids=BASE, completion_ids=[1, 2, 3], cache_salt=None, meta={})
+    whole = TraceCall(conversation="q3", turn=1, prompt_ids=BASE + [1, 2, 7], completion_ids=[4], cache_salt=None, meta={})
+    cut = TraceCall(conversation="q4", turn=1, prompt_ids=BASE + [1, 7], completion_ids=[4], cache_salt=None, meta={})
+    first_4 = TraceCall(conversation="q4", turn=0, prompt_ids=BASE, completion_ids=[1, 2, 3], cache_salt=None, meta={})
+    assert classify([first, whole, first_4, cut]) == {"q3.0": "first", "q3.1": "append", "q4.0": "first", "q4.1": "other"}
+
+
+def test_the_bound_counts_a_region_ending_exactly_where_the_shared_prefix_ends_and_skips_calls_without_a_row():
+    calls = [call(0, BASE), call(1, BASE[:40] + BASE[50:] + [5] * 10), call(2, BASE[:40] + BASE[50:] + [5] * 10 + [6] * 20)]
+    # turn 2 shares turn 1's prompt + completion[:-1] up to the first differing token; the
+    # relocated region ends exactly there
+    sequence = calls[1].prompt_ids + calls[1].completion_ids[:-1]
+    shared = next(i for i, (a, b) in enumerate(zip(sequence, calls[2].prompt_ids)) if a != b)
+    rows = {"r.q1.1": {"prefix_reused": 40, "moved": 0}, "r.q1.2": {"prefix_reused": 40, "moved": 0}}
+    region = (40, shared - 40)
+    bound = relocation_read_bound(calls, rows, {"r.q1.1": [region]}, "r")
+    assert (bound["tokens"], bound["calls"]) == (sum(region) - 40, 1)
+    # without an ingested row for turn 2 nothing is counted (and nothing is read from a missing row)
+    no_row = relocation_read_bound(calls, {"r.q1.1": rows["r.q1.1"]}, {"r.q1.1": [region]}, "r")
+    assert (no_row["tokens"], no_row["calls"]) == (0, 0)

@@ -59,3 +59,13 @@ def test_scr_reads_its_knobs_from_the_salt_part():
     knobs = parse_request_knobs(namespace("kvreuse:off", "X"))
     assert knobs.off and knobs.namespace == namespace("kvreuse:off", "X")
     assert not parse_request_knobs(namespace(None, "kvreuse:off")).off  # an extra_key is not a salt
+
+
+def test_control_characters_are_exactly_unicode_category_cc():
+    """The refused characters are the C0 and C1 controls and DEL, i.e. Unicode's category Cc: the
+    bounds of the range check (0x7F, 0x9F, 0x20) are compared with the Unicode database."""
+    import unicodedata
+
+    for code in range(0x300):
+        refused = name_problem(f"a{chr(code)}b") is not None
+        assert refused == (unicodedata.category(chr(code)) == "Cc"), hex(code)

@@ -123,3 +123,33 @@ def test_raw_negative_counts_are_read_and_fail_i1_naming_the_rid(tmp_path):
         "I1 neg.1: prompt 1000 == reused -40 + moved 500 + read 540; negative: reused",
         "I1 over.1: prompt 1000 == reused 700 + moved 500 + read -200; negative: read",
     ]
+
+
+def test_check_client_matches_client_requests_to_server_rows_one_to_one():
+    rows = provenance.rows_from_events([event("a.1", 100, 0), event("a.2", 120, 90)], BODY)
+    usage = {row.rid: {"prompt_tokens": row.prompt_tokens, "completion_tokens": row.decode} for row in rows}
+    client = [{"rid": rid, "usage": u} for rid, u in usage.items()]
+    assert provenance.check_client(rows, client) == []
+    twice = client + [client[0]]
+    assert [f for f in provenance.check_client(rows, twice) if "client requests with this rid" in f] == [
+        f"C1 a.1: {sum(r['rid'] == 'a.1' for r in twice)} client requests with this rid"]
+    missing_row = provenance.check_client(rows[:1], client)
+    assert missing_row == ["C1 a.2: client request without a server row"]
+    foreign = provenance.check_client(rows, client[:1])
+    assert foreign == ["C1 a.2: server row without a client request (foreign request)"]
+
+
+def test_check_against_events_reads_blocks_as_zero_for_an_event_without_them():
+    (row,) = provenance.rows_from_events([event("a.1", 100, 50)], BODY)
+    assert row.blocks == 0
+
+    import dataclasses
+
+    class NoBlocks:  # an events-file record written before ``blocks`` existed
+        def __init__(self, source):
+            fields = {f.name: getattr(source, f.name) for f in dataclasses.fields(source) if f.name != "blocks"}
+            self.__dict__.update(fields)
+
+    old = NoBlocks(event("a.1", 100, 50))
+    assert not hasattr(old, "blocks")
+    assert provenance.check_against_events([row], [old]) == []

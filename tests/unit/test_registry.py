@@ -389,6 +389,25 @@ def test_setting_defaults_of_the_fake_policy_follow_its_fields(fake_policy):
         "piece_tokens": 832, "ratio": 0.5, "enabled": True, "mode": "fork", "label": "x"}
 
 
+@dataclasses.dataclass(frozen=True)
+class _FactoryConfig:
+    required: int
+    tags: tuple = dataclasses.field(default_factory=lambda: ("a", "b"))
+    limit: int = 4
+
+
+class _FactoryPolicy:
+    config_class = _FactoryConfig
+
+
+def test_setting_defaults_call_default_factories_and_show_missing_defaults_as_none(monkeypatch):
+    """A field with a ``default_factory`` shows the factory's value (as built by the dataclass
+    itself), one without any default shows None."""
+    monkeypatch.setitem(registry._IMPLEMENTATIONS, "factory_test", f"{__name__}:_FactoryPolicy")
+    built = _FactoryConfig(required=0)
+    assert registry.setting_defaults("factory_test") == {"required": None, "tags": built.tags, "limit": built.limit}
+
+
 def test_fake_policy_registration_did_not_leak():
     """Last in the file, after the fixture has registered and removed the test-only policy."""
     assert FAKE not in registry._IMPLEMENTATIONS

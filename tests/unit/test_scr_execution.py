@@ -161,6 +161,15 @@ def test_retraction_ends_the_plan_and_says_why_only_when_it_mattered():
         None, False, False, False, None)
 
 
+
+@pytest.mark.parametrize("fields", [dict(cursor=CURSOR, phase1=True), dict(moved=100)],
+                         ids=["plan-pending-nothing-moved", "rows-moved-plan-over"])
+def test_retraction_says_why_when_either_a_plan_was_pending_or_rows_had_moved(fields):
+    request = state(**fields)
+    request.retracted()
+    assert request.fallback == "retracted: read again without relocation"
+
+
 @pytest.mark.parametrize(
     "fields, prefix_len, expected",
     [

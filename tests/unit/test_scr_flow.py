@@ -128,3 +128,47 @@ def test_cursor_needs_a_block():
 def test_phase1_step(prefix, waiting_queue, expected):
     cursor = RelocationCursor(blocks_two(), lead_new_end=1500, max_retries=8, restore=True)
     assert phase1_step(cursor, prefix, waiting_queue) == expected
+
+
+def test_cursor_walks_three_blocks_in_order():
+    """With three blocks each relocation hands over the next one in plan order (a cursor over two
+    blocks cannot tell ``blocks[i + 1]`` from ``blocks[i - 1]``: index -1 is the last block)."""
+    blocks = (Block(1700, 1500, 1284, 1300, 2800), Block(3300, 3000, 400, 416, 3416), Block(4000, 3600, 100, 116, 3716))
+    cursor = RelocationCursor(blocks, lead_new_end=1500, max_retries=8, restore=False)
+    for number, block in enumerate(blocks, start=1):
+        assert cursor.at_prefix(block.new_start) == Relocation(block, number, arm_restore=False)
+        following = blocks[number] if number < len(blocks) else None
+        expected = NextBlock(following.new_start, following, number + 1, 0) if following else NextBlock(None, None, 0, 0)
+        assert cursor.after_relocation() == expected
+
+
+def test_cursor_drops_a_next_block_that_starts_where_the_relocated_rows_end():
+    """The next stop must be strictly ahead of the rows just relocated; at their end it is not."""
+    first = Block(1700, 1500, 1284, 1300, 2800)
+    adjacent = Block(3300, first.new_start + first.num_rows, 300, 316, 3100)
+    cursor = RelocationCursor((first, adjacent), lead_new_end=1500, max_retries=8, restore=False)
+    assert isinstance(cursor.at_prefix(1500), Relocation)
+    assert cursor.after_relocation() == NextBlock(None, adjacent, 2, 1)
+
+
+def test_n_old_is_the_previous_turn_length_or_zero_without_an_admission():
+    table = SessionTable(CFG)
+    doc = tokens(1, 3000)
+    reply = tokens(2, 20)
+    served(table, doc, reply)
+    second = served(table, doc[:1500] + doc[1700:] + tokens(3, 50), [])
+    assert second.kind == "plan" and second.n_old == len(second.admission.previous_tokens) > 0
+    off = served(table, doc, [], salt="kvreuse:off")
+    assert off.admission is None and off.n_old == 0
+
+
+def test_a_session_without_a_side_slot_is_served_cold():
+    """The first turn was admitted but never stored (no ``finish``): the session knows its tokens
+    but holds no side slot, so there are no rows to relocate and the next turn is cold."""
+    table = SessionTable(CFG)
+    doc = tokens(1, 3000)
+    intercept(table, doc, parse_request_knobs(None), CFG, identity="conversation-1")
+    second = intercept(table, doc[:1500] + doc[1700:] + tokens(3, 50), parse_request_knobs(None), CFG,
+                       identity="conversation-1")
+    assert second.admission.previous_tokens == tuple(doc) and second.admission.session.side_slot is None
+    assert second.kind == "cold" and second.blocks == ()

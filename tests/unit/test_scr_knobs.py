@@ -191,3 +191,12 @@ def test_knobs_apply(salt, changes):
     assert config == dataclasses.replace(DEFAULT, **changes)
     assert (config is DEFAULT) == (not changes)  # without overrides the base itself comes back
     assert DEFAULT.max_blocks == 6  # the base is not changed
+
+
+@pytest.mark.parametrize("value", [-1, 0, 1, 2, 128])
+def test_mintail_accepts_exactly_the_values_of_at_least_one(value):
+    knobs = parse_request_knobs(f"kvreuse:knobs:mintail={value}")
+    if value >= 1:
+        assert (knobs.overrides, knobs.ignored) == ({"min_tail": value}, ())
+    else:
+        assert (knobs.overrides, knobs.ignored) == ({}, ((f"mintail={value}", "must be >= 1"),))

@@ -304,3 +304,15 @@ def _b(new_start, num_rows, n_c=None):
 )
 def test_schedule_blocks(accepted, gap, expected):
     assert schedule_blocks(accepted, kext=16, mb_min_gap=gap) == expected
+
+
+def test_candidate_ops_keeps_an_equal_run_of_exactly_min_tail_rows():
+    """§6.5 step 1 drops a run shorter than ``min_tail``; a run of exactly ``min_tail`` stays a
+    candidate (``accept_blocks`` then asks for ``min_tail`` rows after the forwarded ones)."""
+    min_tail = 8
+    ops = [("equal", 0, 10, 0, 10), ("delete", 10, 12, 10, 10),
+           ("equal", 12, 12 + min_tail, 10, 10 + min_tail), ("insert", 20, 20, 18, 19),
+           ("equal", 20, 20 + min_tail - 1, 19, 19 + min_tail - 1)]
+    found = candidate_ops(ops, 10, side_len=None, len_positions=100, min_tail=min_tail)
+    assert found == [(k, op) for k, op in enumerate(ops) if k > 0 and op[0] == "equal" and op[2] - op[1] >= min_tail]
+    assert [k for k, _ in found] == [2]

@@ -384,3 +384,65 @@ def test_a_failing_exchange_is_not_contained():
     req.output, req.finished = [7, 8], True
     with pytest.raises(ranks.ExchangeFailed, match="step side_store of rid=a.1"):
         run.release(req, req.rid, True)
+
+
+def test_keeps_chunk_while_phase_1_is_short_of_its_stop():
+    run = runner()
+    req = second_turn(run)
+    run.after_admission(req, req.rid, admitted=True, in_phase1=True, chunk_free=True)
+    stop = run.requests["a.2"].cursor.stop
+    assert [run.keeps_chunk("a.2", p) for p in (1024, stop - 1, stop)] == [True, True, False]
+    assert run.keeps_chunk("no-such-request", 0) is False
+
+
+def test_a_request_left_waiting_gives_back_the_rows_it_relocated_on_the_waiting_queue():
+    run = runner()
+    req = second_turn(run, radix_n0=1500)  # relocated before admission
+    state = run.requests["a.2"]
+    free = run.engine.free_slots
+    run.not_admitted(req, req.rid)
+    assert state.direct is None and run.engine.free_slots == free + ROWS and req.prefix == 1500
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_say_prints_debug_lines_only_with_debug_and_only_on_the_leader(debug):
+    run = runner(debug=debug)
+    run.say("plain")
+    run.say("detail", debug=True)
+    assert [line for _, line in run.logger.lines] == (["plain", "detail"] if debug else ["plain"])
+    follower = Runner(ScrPolicy(ScrConfig(debug=debug)), Engine(), Log(), leader=False)
+    follower.say("plain")
+    assert follower.logger.lines == []
+
+
+def test_on_every_rank_returns_the_steps_result():
+    run = runner()
+    marker = object()
+    assert run.on_every_rank("place_rows", "r", lambda: marker) is marker
+
+
+def test_side_rows_that_no_longer_hold_the_new_ids_are_not_relocated():
+    """The guard compares the side slot's rows ``[old_start, old_start + n)`` with the new prompt's
+    ``[stop, stop + n)``; rows overwritten since the plan fail it and the rest is read."""
+    run = runner()
+    req = second_turn(run)
+    run.after_admission(req, req.rid, admitted=True, in_phase1=True, chunk_free=True)
+    state = run.requests["a.2"]
+    session = run.policy.sessions.get(state.sid)
+    session.side_ids = tuple(i + 1 for i in session.side_ids)
+    req.prefix = 1500
+    run.after_round(req, req.rid, waiting_queue=False, chunk_busy=False)
+    assert not [call for call in run.engine.calls if call[0] == "place"]
+    assert (state.moved, run.counters.stolen, req.cut_at) == (0, 1, None)
+
+
+def test_a_turn_that_changes_no_stored_row_copies_nothing():
+    """docs/scr.md §5.2: the store copies the rows that changed; the same prompt and reply again change
+    none."""
+    run = runner()
+    first_turn(run)
+    stored = run.policy.sessions.get("s000001").side_ids
+    run.engine.calls.clear()
+    first_turn(run)
+    assert run.policy.sessions.get("s000001").side_ids == stored
+    assert [call for call in run.engine.calls if call[0] == "store_rows"] == []

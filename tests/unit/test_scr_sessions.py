@@ -514,3 +514,13 @@ def test_a_named_conversation_continues_whatever_its_content():
 ])
 def test_request_identity(mode, rid, session_id, expected):
     assert request_identity(mode, rid, session_id) == expected
+
+
+def test_a_named_session_is_found_by_its_identity_as_the_one_candidate():
+    table = SessionTable(ScrConfig())
+    for name in ("conversation-a", "conversation-b"):
+        table.admit([1, 2, 3], None, name)
+    named = [s for s in table._sessions.values() if s.identity == "conversation-b"]
+    report = table.by_identity(None, "conversation-b")
+    assert (report.session, report.reason, report.candidates) == (named[0], "identity", len(named))
+    assert table.by_identity(None, "conversation-c").session is None

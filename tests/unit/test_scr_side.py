@@ -35,3 +35,16 @@ def test_slots_are_reused_first_in_first_out_and_owned():
     assert slots.owner == {0: "s6", 1: "s5", 2: "s3"}
     with pytest.raises(ValueError, match="side slot 7 is not held"):
         slots.release(7)
+
+
+def test_every_acquisition_of_a_slot_has_a_new_generation():
+    """A plan pins (slot, generation); a slot released and taken again, by anyone, must not look
+    like the pinned one."""
+    slots = SlotList(2)
+    seen = {0: set(), 1: set()}
+    for owner in ("s1", "s2", "s1", "s3"):
+        slot = slots.acquire(owner)
+        assert slots.generation[slot] not in seen[slot]
+        seen[slot].add(slots.generation[slot])
+        slots.release(slot)
+    assert sum(len(v) for v in seen.values()) == 4

@@ -317,3 +317,33 @@ def test_splice_counters_restart_with_a_new_process():
     parsed = server_log.parse_log(run.log_lines + run.log_lines)
     assert parsed.problems == [] and first
     assert len(parsed.duplicate_finishes) == len(run.truth)
+
+
+def test_rows_from_log_counts_each_relocated_row_twice_in_cached_by_default(tmp_path):
+    """SGLang's ``cached_tokens`` counts a relocated row twice under SCR (docs/scr.md): the
+    default reads R = cached - 2 M, as the truth of the simulation has it."""
+    run = simulate("scr")
+    parsed = server_log.parse_log(run.write(tmp_path / "in")["log"].read_text().splitlines())
+    rows = server_log.rows_from_log(parsed, BODY)
+    assert [(r.rid, r.prefix_reused, r.moved) for r in rows] == [(t.rid, t.reused, t.moved) for t in run.truth]
+    assert any(r.moved for r in rows)
+
+
+def splice(spliced, tokens, rows, block=1, num_blocks=1):
+    return {"spliced": spliced, "spliced_tokens": tokens, "relocated": rows, "line": 7, "rid": "r",
+            "block": block, "num_blocks": num_blocks}
+
+
+def test_a_first_splice_line_must_start_the_counters_at_one():
+    """Only ``spliced=1`` with ``tokens`` equal to its own rows starts a process's counters; a line
+    whose tokens equal its rows but whose count is 2 follows a missing line."""
+    for item, fresh in ((splice(1, 40, 40), True), (splice(2, 40, 40), False), (splice(1, 50, 40), False)):
+        problems = []
+        assert server_log._step_counter(None, item, problems) == (item["spliced"], item["spliced_tokens"])
+        assert (problems == []) == fresh
+
+
+def test_block_order_is_not_judged_when_a_line_has_no_index():
+    assert server_log._blocks_out_of_order([splice(1, 40, 40, block=None, num_blocks=2)]) is False
+    assert server_log._blocks_out_of_order([splice(1, 40, 40, block=1, num_blocks=None)]) is False
+    assert server_log._blocks_out_of_order([splice(1, 40, 40, block=2, num_blocks=2)]) is True
