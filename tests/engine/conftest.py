@@ -39,3 +39,27 @@ def radix_server(tiny_model_dir, tmp_path_factory):
     yield server
     server.stop()
     assert server.fatal_lines() == [], server.log_tail()
+
+
+@pytest.fixture(scope="session")
+def reference(tiny_model_dir):
+    """The independent transformers-based reference of the tiny model (``tests/reference``)."""
+    from tests.reference.hybrid_reference import Reference
+
+    return Reference(tiny_model_dir)
+
+
+REFERENCE_TOL = 1e-4  # max |Δ logprob| against the reference (fp32 on CPU; measured ~1e-6), as the scr tests
+
+
+def assert_equals_reference(reference, prompt, record, label: str = "") -> float:
+    """A served answer (``output_record``) against the reference's plain read of ``prompt``
+    teacher-forced with the served ids: the greedy ids must be the reference's argmax and every
+    logprob within ``REFERENCE_TOL``. Returns the distance."""
+    from tests.reference.scr_reference import cold, distance
+
+    expected = cold(reference, prompt, record["output_ids"])
+    delta, ids_equal = distance(record["logprobs"], record["output_ids"], expected)
+    assert ids_equal, f"{label}: greedy ids {record['output_ids']} != reference {expected.argmax}"
+    assert delta < REFERENCE_TOL, f"{label}: max |Δ logprob| {delta:.3g} >= {REFERENCE_TOL}"
+    return delta

@@ -1,18 +1,24 @@
-"""``--cache-policy exact`` on the tiny model (CPU), B = 64, R = 256: the case matrix.
+"""``--cache-policy exact`` on the tiny model (CPU), B = 64, R = 256 (and once B = 832): the case matrix.
 
 Every warm answer (token ids and logprobs) must equal, bit for bit, a cold answer of the same
-prompt read after ``/flush_cache`` with the same pieces; every reused length must equal
-``exact_cache.replay`` of the prompts served so far (the no-eviction cases).
+prompt read after ``/flush_cache`` with the same pieces, and that cold answer must equal the
+independent reference (``tests/reference``: transformers weights, no repo imports) within
+``REFERENCE_TOL``, so a bug that is the same warm and cold (the tree backend, the row-wise decode,
+the piece-aligned chunking) cannot pass. Every reused length must equal the brute-force oracle of
+the spec's rules (``tests/reference/exact_oracle.py``, not ``exact_cache.replay``) over the
+prompts served so far (the no-eviction cases).
 """
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from eval.server import output_record, wait_for_events
-from exact_cache.replay import replay
-from tests.engine.conftest import start_server
+from tests.engine.conftest import assert_equals_reference, start_server
 from tests.engine.prompts import prompt_ids
+from tests.reference.exact_oracle import expected_reuse
 
 pytestmark = pytest.mark.engine
 
@@ -31,7 +37,8 @@ def exact_args(tmp, *settings):
 @pytest.fixture(scope="module")
 def exact_server(tiny_model_dir, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("exact")
-    server = start_server(tiny_model_dir, tmp, "exact", exact_args(tmp, f"dump_snapshots={tmp / 'snapshots'}"))
+    server = start_server(tiny_model_dir, tmp, "exact", [*exact_args(tmp, f"dump_snapshots={tmp / 'snapshots'}"),
+                                                         "--decode-log-interval", "1"])
     server.events_path = tmp / "events.jsonl"
     server.dump = tmp / "snapshots"
     yield server
@@ -40,17 +47,23 @@ def exact_server(tiny_model_dir, tmp_path_factory):
     assert "read [" not in server.log_text()  # no forward off the planned pieces
 
 
-def run_and_compare(server, prompts: list[list[int]], *, spec_drop: int = 0, check_replay: bool = True):
-    """Serve ``prompts`` warm, then each one cold; returns the warm records."""
+def run_and_compare(server, prompts: list[list[int]], reference, *, spec_drop: int = 0, check_reuse: bool = True,
+                    piece: int = B, retain_every: int = R):
+    """Serve ``prompts`` warm, then each one cold; each cold answer against the reference, each
+    warm one against its cold one bit for bit. Returns the warm records."""
     server.flush_cache()
     warm = [output_record(server.generate(p, DECODE, rid=f"w{i}-{id(prompts)}")) for i, p in enumerate(prompts)]
-    if check_replay:
-        expected = replay(prompts, piece=B, retain_every=R, spec_drop=spec_drop)
+    if check_reuse:
+        expected = expected_reuse(prompts, piece=piece, retain_every=retain_every, spec_drop=spec_drop)
         assert [w["cached_tokens"] for w in warm] == expected
+    cold_seen: dict[tuple, dict] = {}
     for prompt, record in zip(prompts, warm):
         server.flush_cache()
         cold = output_record(server.generate(prompt, DECODE))
         assert cold["cached_tokens"] == 0
+        if tuple(prompt) not in cold_seen:
+            assert_equals_reference(reference, prompt, cold, "cold read")
+        cold_seen[tuple(prompt)] = cold
         assert record["output_ids"] == cold["output_ids"]
         assert record["logprobs"] == cold["logprobs"]  # bit for bit
     return warm
@@ -80,12 +93,12 @@ CASES = {
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_case_matrix(exact_server, name):
-    warm = run_and_compare(exact_server, CASES[name])
+def test_case_matrix(exact_server, reference, name):
+    warm = run_and_compare(exact_server, CASES[name], reference)
     assert warm[0]["cached_tokens"] == 0
 
 
-def test_second_and_third_turn(exact_server):
+def test_second_and_third_turn(exact_server, reference):
     """A conversation whose turns append the previous answer and a new message."""
     exact_server.flush_cache()
     prompts, records = [], []
@@ -94,9 +107,9 @@ def test_second_and_third_turn(exact_server):
         prompts.append(prompt)
         records.append(output_record(exact_server.generate(prompt, DECODE)))
         prompt = prompt + records[-1]["output_ids"] + prompt_ids(111 + turn, 80)
-    assert [r["cached_tokens"] for r in records] == replay(prompts, piece=B, retain_every=R)
+    assert [r["cached_tokens"] for r in records] == expected_reuse(prompts, piece=B, retain_every=R)
     assert records[1]["cached_tokens"] == 256 and records[2]["cached_tokens"] == 384
-    run_and_compare(exact_server, prompts)
+    run_and_compare(exact_server, prompts, reference)
 
 
 def test_events_record_resume_and_keep_points(exact_server):
@@ -113,24 +126,24 @@ def test_events_record_resume_and_keep_points(exact_server):
     assert first["forwards_off_plan"] == edit["forwards_off_plan"] == 0
 
 
-def test_spec_drop_lands_one_piece_early(tiny_model_dir, tmp_path):
+def test_spec_drop_lands_one_piece_early(tiny_model_dir, tmp_path, reference):
     """S = 1: an edit just after a periodic state falls back to the state before it."""
     prompts = [BASE, edited(BASE, 260, 270), BASE]
-    assert replay(prompts, piece=B, retain_every=R, spec_drop=1) == [0, 0, 512]
-    assert replay(prompts, piece=B, retain_every=R, spec_drop=0) == [0, 256, 576]
+    assert expected_reuse(prompts, piece=B, retain_every=R, spec_drop=1) == [0, 0, 512]
+    assert expected_reuse(prompts, piece=B, retain_every=R, spec_drop=0) == [0, 256, 576]
     with start_server(tiny_model_dir, tmp_path, "exact-s1", exact_args(tmp_path, "spec_drop=1")) as server:
-        run_and_compare(server, prompts, spec_drop=1)
+        run_and_compare(server, prompts, reference, spec_drop=1)
     assert server.fatal_lines() == []
 
 
-def test_eviction_under_a_tiny_snapshot_budget_only_shortens_hits(tiny_model_dir, tmp_path):
+def test_eviction_under_a_tiny_snapshot_budget_only_shortens_hits(tiny_model_dir, tmp_path, reference):
     prompts = [BASE, prompt_ids(120, 600), BASE, edited(BASE, 300, 310), prompt_ids(120, 600) + [5] * 20]
     budget = ["--max-running-requests", "1"]
     with start_server(tiny_model_dir, tmp_path, "exact-tiny",
                       [*budget, *exact_args(tmp_path, "max_snapshots=3")], state_pool=False) as server:
-        warm = run_and_compare(server, prompts, check_replay=False)
+        warm = run_and_compare(server, prompts, reference, check_reuse=False)
         assert "max_mamba_cache_size=4" in server.log_text()
-    no_eviction = replay(prompts, piece=B, retain_every=R)
+    no_eviction = expected_reuse(prompts, piece=B, retain_every=R)
     reused = [w["cached_tokens"] for w in warm]
     assert all(r <= full for r, full in zip(reused, no_eviction))
     assert reused != no_eviction  # the budget did evict something
@@ -193,7 +206,7 @@ def test_launcher_checks_what_sglang_resolved_not_just_the_command_line(tiny_mod
 
 def test_a_capped_match_is_recorded_and_replayed(exact_server):
     """A request asking for prompt logprobs from ``logprob_start_len`` is matched no further than
-    that (SGLang's rule): the event records the cap, and ``replay`` given the cap agrees with the
+    that (SGLang's rule): the event records the cap, and the oracle given the cap agrees with the
     server; the capped answer is still the cold one, bit for bit."""
     prompts = [prompt_ids(seed=140, length=300)] * 2
     exact_server.flush_cache()
@@ -203,16 +216,20 @@ def test_a_capped_match_is_recorded_and_replayed(exact_server):
     assert events["cap.2"]["match_cap"] == 100 and events["cap.1"]["match_cap"] is None
     caps = [events["cap.1"]["match_cap"], events["cap.2"]["match_cap"]]
     assert [first["cached_tokens"], output_record(capped)["cached_tokens"]] == \
-        replay(prompts, piece=B, retain_every=R, caps=caps) == [0, 0]
-    assert replay(prompts, piece=B, retain_every=R) == [0, 256]  # what an uncapped request would reuse
+        expected_reuse(prompts, piece=B, retain_every=R, caps=caps) == [0, 0]
+    assert expected_reuse(prompts, piece=B, retain_every=R) == [0, 256]  # what an uncapped request would reuse
 
 
 @pytest.mark.parametrize("neighbours", [1, 3])
-def test_a_warm_answer_decoded_beside_others_is_the_cold_solo_answer(exact_server, neighbours):
+def test_a_warm_answer_decoded_beside_others_is_the_cold_solo_answer(exact_server, reference, neighbours):
     """Exact under load: the warm request decodes in one batch with 1 or 3 others (each in its own
     namespace), and its ids and logprobs must still equal, bit for bit, the cold read decoded
-    alone. On CPU a batched fp32 GEMM gives a row other bits than the same row alone, so the
-    exact policy computes the small (decode-sized) matrix products row by row."""
+    alone, which equals the reference. On CPU a batched fp32 GEMM, or an elementwise op over the
+    batch's rows, gives a row other bits than the same row alone (patches/row_invariance.py).
+
+    The neighbours decode far longer than the warm request and are sent first, so it decodes
+    beside all of them; the server's per-step decode log (``--decode-log-interval 1``) must show
+    a batch of ``neighbours + 1`` rows, or the test has not tested anything."""
     from concurrent.futures import ThreadPoolExecutor
 
     prompt = prompt_ids(seed=150 + neighbours, length=300)
@@ -220,22 +237,39 @@ def test_a_warm_answer_decoded_beside_others_is_the_cold_solo_answer(exact_serve
     exact_server.flush_cache()
     exact_server.generate(prompt, 2)  # cache it: the next read of it is warm
     tokens = 24
+    log_start = len(exact_server.log_text())
 
-    def ask(args):
-        ids, key = args
-        return output_record(exact_server.generate(ids, tokens, extra_key=key))
+    def ask(ids, key, count):
+        return output_record(exact_server.generate(ids, count, extra_key=key))
 
     with ThreadPoolExecutor(neighbours + 1) as pool:
-        # The neighbours first, so they are decoding when the warm request joins the batch.
-        futures = [pool.submit(ask, (ids, f"neighbour-{n}")) for n, ids in enumerate(others)]
-        warm = pool.submit(ask, (prompt, None)).result()
+        futures = [pool.submit(ask, ids, f"neighbour-{n}", tokens * 4) for n, ids in enumerate(others)]
+        warm = pool.submit(ask, prompt, None, tokens).result()
         [f.result() for f in futures]
+    batch_sizes = {int(n) for n in re.findall(r"Decode batch.*?#running-req: (\d+)", exact_server.log_text()[log_start:])}
+    assert neighbours + 1 in batch_sizes, f"never decoded {neighbours + 1} rows together: {sorted(batch_sizes)}"
     assert warm["cached_tokens"] > 0
     exact_server.flush_cache()
     cold = output_record(exact_server.generate(prompt, tokens))
     assert cold["cached_tokens"] == 0
+    assert_equals_reference(reference, prompt, cold, "cold solo read")
     assert warm["output_ids"] == cold["output_ids"]
     assert warm["logprobs"] == cold["logprobs"]  # bit for bit
+
+
+def test_pieces_of_832_edit_and_append_equal_the_reference(tiny_model_dir, tmp_path, reference):
+    """The default piece (B = 832, R = 6656) on 2,000-token prompts: an edit at 1,000 finds no
+    state below it (the first read kept only its prompt end, 1,664) and leaves a junction at 832;
+    an edit at 1,200 resumes there; an append resumes at its prompt end. Warm = cold bit for bit,
+    cold = the reference, reuse = the oracle."""
+    base = prompt_ids(seed=170, length=2000)
+    second = edited(base, 1200, 1210, filler_seed=172)
+    prompts = [base, edited(base, 1000, 1010, filler_seed=171), second, second + prompt_ids(173, 300)]
+    args = ["--cache-policy", "exact", "--cache-events", str(tmp_path / "events.jsonl")]
+    with start_server(tiny_model_dir, tmp_path, "exact-832", args) as server:
+        warm = run_and_compare(server, prompts, reference, piece=832, retain_every=6656)
+    assert [w["cached_tokens"] for w in warm] == [0, 0, 832, 1664]
+    assert server.fatal_lines() == []
 
 
 def test_startup_record_names_the_resolved_settings_and_the_added_flags(exact_server):

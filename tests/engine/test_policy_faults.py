@@ -2,8 +2,9 @@
 
 (``scr``'s steps: ``tests/engine/test_scr_faults.py``.) Each server runs with named fault points
 (``serving/faults.py``) that raise for the rids of one test only. After each failure the server
-must answer the next request, the failed request's event must say why (``fallback``), and for
-``exact`` the answer must still be the cold one, bit for bit (a failed plan becomes a cold read).
+must answer the next request, the failed request's event must say why (``fallback``), the answer
+must equal the independent reference (``tests/reference``), and for ``exact`` the cold one, bit for
+bit (a failed plan becomes a cold read).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from eval.server import output_record, wait_for_events
-from tests.engine.conftest import RADIX_ARGS, start_server
+from tests.engine.conftest import RADIX_ARGS, assert_equals_reference, start_server
 from tests.engine.prompts import prompt_ids
 from tests.engine.test_exact_server import exact_args
 
@@ -43,7 +44,7 @@ def server(request, tiny_model_dir, tmp_path_factory):
 
 
 @pytest.mark.parametrize("step", ["plan", "piece", "release"])
-def test_a_failing_hook_ends_one_request_not_the_server(server, step):
+def test_a_failing_hook_ends_one_request_not_the_server(server, reference, step):
     if step == "piece" and server.policy != "exact":
         pytest.skip("only exact keeps snapshots per piece")
     prompt = prompt_ids(500 + len(step), 300)
@@ -53,6 +54,7 @@ def test_a_failing_hook_ends_one_request_not_the_server(server, step):
     event = wait_for_events(server.events_path, [f"f-{step}.1"])[f"f-{step}.1"]
     assert event["fallback"] and event["fallback"].startswith(step), event
     assert f"fallback rid=f-{step}.1 step={step}" in server.log_text()
+    assert_equals_reference(reference, prompt, record, f"{server.policy} after a failing {step}")
     if server.policy == "exact":
         server.flush_cache()
         cold = output_record(server.generate(prompt, 6, rid=f"cold-{step}"))

@@ -9,15 +9,13 @@ read is compared with the independent reference's cold read of the same prompt.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 import pytest
 
 from eval.server import output_record, wait_for_events
 from tests.engine.prompts import prompt_ids
-from tests.engine.test_scr_reference import assert_only_contained_failures, check, edited, start_scr
+from tests.engine.test_scr_reference import TOL, assert_only_contained_failures, check, edited, relocations, start_scr
 from tests.reference.hybrid_reference import Reference
-from tests.reference.scr_reference import cold
+from tests.reference.scr_reference import Conversation, cold
 
 pytestmark = pytest.mark.engine
 
@@ -78,21 +76,45 @@ def test_a_failing_side_store_drops_the_session(server, ref):
 
 
 def test_retracted_spliced_requests_give_everything_back(server, ref):
-    """Two spliced requests decode together; test retraction takes one of them back every third
-    round. A retracted request is read again without relocation and finishes; nothing leaks
-    (strict idle check), and its event counts the retraction and says why it fell back."""
+    """Two spliced requests decode together (one batched request); test retraction takes one of
+    them back every third round. A retracted request is read again without relocation and finishes; nothing leaks
+    (strict idle check), and its event counts the retraction and says why it fell back.
+
+    Values: a request never retracted equals the SCR reference of its conversation throughout; a
+    retracted one equals it up to some output token r and, from r on, the cold reference (its
+    prompt and answer so far read again plainly): a re-read that still used relocated rows, or
+    a retraction that lost or repeated a token, has no such r."""
     convs = [edited(seed, [(1400, 1600)]) for seed in (411, 421)]
+    conversations = [Conversation(ref) for _ in convs]
     for n, (first, _) in enumerate(convs):
-        ask(server, first, f"retract-{n}.1")
-    with ThreadPoolExecutor(2) as pool:
-        twos = list(pool.map(lambda n: ask(server, convs[n][1], f"retract-{n}.2", 24), range(2)))
+        one = ask(server, first, f"retract-{n}.1")
+        conversations[n].serve(first, one["output_ids"])
+    # One batched request: both reach the scheduler together, so they decode side by side for all
+    # 24 rounds (two separate requests would have to overlap by timing luck).
+    response = server.post("/generate", {
+        "input_ids": [second for _, second in convs], "rid": [f"retract-{n}.2" for n in range(2)],
+        "return_logprob": True, "sampling_params": {"temperature": 0.0, "max_new_tokens": 24, "ignore_eos": True},
+    })
+    by_rid = {item["meta_info"]["id"]: output_record(item) for item in response}
+    twos = [by_rid[f"retract-{n}.2"] for n in range(2)]
     events = [event(server, f"retract-{n}.2") for n in range(2)]
     assert all(len(two["output_ids"]) == 24 for two in twos)
     assert sum(e["retractions"] for e in events) > 0, events
-    for e in events:
+    for n, (e, two) in enumerate(zip(events, twos)):
         assert e["moved"] > 0  # both relocated at admission
-        if e["retractions"]:
-            assert e["fallback"].startswith("retracted"), e
+        second, ids = convs[n][1], two["output_ids"]
+        spliced = conversations[n].serve(second, ids, relocations(server, f"retract-{n}.2"))
+        if not e["retractions"]:
+            check(two, spliced, "decoded beside a retracted request")
+            continue
+        assert e["fallback"].startswith("retracted"), e
+        plain = cold(ref, second, ids)
+        switch = [r for r in range(len(ids) + 1)
+                  if all(abs(a - b) < TOL for a, b in zip(two["logprobs"][:r], spliced.logprobs[:r]))
+                  and all(abs(a - b) < TOL for a, b in zip(two["logprobs"][r:], plain.logprobs[r:]))]
+        assert switch and min(switch) < len(ids), (two["logprobs"], spliced.logprobs, plain.logprobs)
+        r = min(switch)
+        assert ids[:r] == spliced.argmax[:r] and ids[r:] == plain.argmax[r:]
     assert len(ask(server, prompt_ids(9, 64), "retract.after")["output_ids"]) == 8
 
 

@@ -131,13 +131,20 @@ def edited(seed: int, cuts, new: int = 40) -> tuple[list[int], list[int]]:
 
 
 def run_two_turns(server, ref, seed, cuts, tag, salt=None, ssm_mode="fork"):
-    """Turn 1 (cold) and the edited turn 2, each compared with the reference; returns the pieces."""
+    """Turn 1 (cold) and the edited turn 2, each compared with the reference; returns the pieces.
+
+    Turn 2 must have relocated the blocks the edit implies (its splice lines and its event's
+    ``moved``): with no relocation the reference would be a plain read and the values would
+    agree, so a case that never relocated could pass."""
     first, second = edited(seed, cuts)
     conversation = Conversation(ref)
     one = ask(server, first, f"{tag}.1", salt)
     check(one, conversation.serve(first, one["output_ids"]), f"{tag} turn 1 (cold)")
     two = ask(server, second, f"{tag}.2", salt)
     blocks = relocations(server, f"{tag}.2")
+    assert blocks == expected_blocks(cuts), (tag, blocks)
+    moved = wait_for_events(server.events_path, [f"{tag}.2"])[f"{tag}.2"]["moved"]
+    assert moved == sum(b.rows for b in blocks) > 0, (tag, moved)
     expected = conversation.serve(second, two["output_ids"], blocks, ssm_mode=ssm_mode)
     return conversation, second, two, blocks, expected
 

@@ -9,12 +9,16 @@ after a splice stops the scheduler, which ``fatal_lines`` reports.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from eval.server import output_record, wait_for_events
 from scr.authors_log import parse_line
 from tests.engine.conftest import start_server
 from tests.engine.prompts import prompt_ids
+from tests.engine.test_scr_reference import check, phase1_hit, relocations
+from tests.reference.scr_reference import Conversation
 
 pytestmark = pytest.mark.engine
 
@@ -74,6 +78,37 @@ def log_records(server, kind: str, rid: str | None = None) -> list[dict]:
         if parsed and parsed["kind"] == kind and (rid is None or parsed.get("rid") == rid):
             out.append(parsed)
     return out
+
+
+def assert_turns_equal_reference(server, ref, turns, records, prefix: str) -> int:
+    """Each turn of one conversation against the independent SCR reference, given the server's
+    decisions (its splice lines; its phase-1 tree hit and the start of each phase-1 forward, from
+    which the reference replays the tree's relocated rows replacing re-read ones after each
+    forward). Returns how many turns relocated rows."""
+    conversation, relocated = Conversation(ref), 0
+    for number, (prompt, record) in enumerate(zip(turns, records), 1):
+        rid = f"{prefix}.{number}"
+        blocks = relocations(server, rid)
+        try:
+            hit = phase1_hit(server, rid)
+        except AssertionError:  # no phase 1: a plain read, or a splice before admission
+            hit = None
+        # Where each phase-1 forward began: with four conversations in a round the 256-token
+        # budget is shared, so the forwards are not on the grid the reference would assume.
+        starts = [int(n) for n in re.findall(rf"kv6 rid={re.escape(rid)} phase1 re-entry \([^)]*\): prefix=(\d+) ",
+                                             server.log_text())]
+        expected = conversation.serve(prompt, record["output_ids"], blocks, read_from=hit or 0,
+                                      chunk=None if hit is None else 256, forward_starts=starts or None)
+        check(record, expected, f"{prefix} turn {number}")
+        relocated += bool(blocks)
+    return relocated
+
+
+@pytest.fixture(scope="module")
+def ref(tiny_model_dir):
+    from tests.reference.hybrid_reference import Reference
+
+    return Reference(tiny_model_dir)
 
 
 def test_middle_deletions_relocate_rows_on_later_turns(scr_server):
@@ -186,16 +221,17 @@ def test_request_finishing_on_its_first_token_marks_its_state_stale(scr_server):
     assert "ssm snapshot dropped: rid=stale.0" in scr_server.log_text()
 
 
-def test_concurrent_conversations_relocate_and_return_every_slot(scr_server):
+def test_concurrent_conversations_relocate_and_return_every_slot(scr_server, ref):
     """Four conversations at once: plans wait for the chunked slot (DEFERRED-RETRY), a phase-1
-    request owns its prefill rounds, and the idle leak check (strict) finds nothing afterwards."""
+    request owns its prefill rounds, and the idle leak check (strict) finds nothing afterwards.
+    Every turn of every conversation equals the reference of its own history."""
     import threading
 
-    failures = []
+    failures, records = [], {}
 
     def run(number: int) -> None:
         try:
-            run_turns(scr_server, conversation(200 + number), f"conc{number}", max_new_tokens=16)
+            records[number] = run_turns(scr_server, conversation(200 + number), f"conc{number}", max_new_tokens=16)
         except Exception as exc:  # noqa: BLE001 - reported below
             failures.append(exc)
 
@@ -208,6 +244,9 @@ def test_concurrent_conversations_relocate_and_return_every_slot(scr_server):
     events = [e for number in range(4) for e in events_of(scr_server, f"conc{number}", 3)]
     assert all(e["prefix_reused"] + e["moved"] + e["read"] == e["prompt_tokens"] for e in events)
     assert sum(e["moved"] > 0 for e in events) >= 4
+    relocated = sum(assert_turns_equal_reference(scr_server, ref, conversation(200 + number), records[number],
+                                                 f"conc{number}") for number in range(4))
+    assert relocated == sum(e["moved"] > 0 for e in events)
     scr_server.flush_cache()  # idle: SGLang's strict leak check runs; a leak is a fatal line
 
 
@@ -261,9 +300,11 @@ def test_relocated_rows_in_the_tree_serve_the_next_append(scr_server, tiny_model
     assert hits["0"] <= 1400 < len(second) - 64 <= hits["1"]
 
 
-def test_short_pool_evicts_from_the_tree_and_retries_the_allocation(tiny_model_dir, tmp_path_factory):
+def test_short_pool_evicts_from_the_tree_and_retries_the_allocation(tiny_model_dir, tmp_path_factory, ref):
     """A 4096-slot pool holding two earlier prompts has too few free slots for the splice: the
-    tree is evicted and the allocation retried once (docs/scr.md §10.3); nothing leaks."""
+    tree is evicted and the allocation retried once (docs/scr.md §10.3); nothing leaks, and the
+    relocated turn's answer is the reference's for its history (the rows placed after the retry
+    are the side rows, re-rotated, not whatever the evicted slots held)."""
     tmp = tmp_path_factory.mktemp("evict")
     args = ["--chunked-prefill-size", "256", "--max-running-requests", "4", "--cache-policy", "scr", *SIDE,
             "--cache-events", str(tmp / "events.jsonl")]
@@ -271,12 +312,13 @@ def test_short_pool_evicts_from_the_tree_and_retries_the_allocation(tiny_model_d
     server.events_path = tmp / "events.jsonl"
     try:
         first, second, _ = conversation(301)
-        server.generate(first, 4, rid="evict.1")
+        one = output_record(server.generate(first, 4, rid="evict.1"))
         server.generate(prompt_ids(302, 1500), 4, rid="other.1")
-        server.generate(second, 4, rid="evict.2")
+        two = output_record(server.generate(second, 4, rid="evict.2"))
         assert events_of(server, "evict", 2)[1]["moved"] == (2400 - 1600) - 16
         (retry,) = log_records(server, "evict_retry")
         assert retry["retry"] == "OK" and retry["evicted"] > 0
+        assert assert_turns_equal_reference(server, ref, [first, second], [one, two], "evict") == 1
         server.flush_cache()
     finally:
         server.stop()

@@ -67,7 +67,8 @@ def test_scr_three_turns_under_tp2_equal_the_reference(scr_tp, ref):
 
 
 def test_scr_two_conversations_at_once_under_tp2(scr_tp, ref):
-    """Two conversations (different salts) interleave in every round; each relocates its own rows."""
+    """Two conversations (different salts) at once; each relocates its own rows and equals the
+    reference of its own history (the values do not depend on how the rounds interleave)."""
     cuts = [(1300, 1400), (1900, 2000)]
     first, second = scr_ref.edited(161, cuts)
     salts = ("tp-x", "tp-y")

@@ -4,8 +4,9 @@ launcher fills ``SGLANG_CPU_OMP_THREADS_BIND``), for ``exact`` (docs/tensor_para
 
 Each rank holds its shard of every snapshot (half the GDN value heads, half the KV heads).
 The plan is a pure function of the token ids, so both ranks make the same one. Checked on one TP 2
-server: warm answers equal cold ones bit for bit (ids and logprobs) and the reused lengths equal
-``exact_cache.replay``, on the cases of ``test_exact_server`` that edit, interleave and append;
+server: warm answers equal cold ones bit for bit (ids and logprobs), cold ones equal the
+independent reference (``tests/reference``), and the reused lengths equal the spec's brute-force
+oracle (``tests/reference/exact_oracle.py``), on the cases of ``test_exact_server`` that edit, interleave and append;
 and per rank, the snapshot a resumed read keeps at 512 equals the one a cold read keeps there
 (dumped as ``<rid>-512.pt`` by rank 0 and ``<rid>-512-tp1.pt`` by rank 1), while the two ranks'
 shards differ (they hold different heads).
@@ -65,8 +66,8 @@ def test_threads_bound_per_rank(tp_server):
 
 
 @pytest.mark.parametrize("name", TP_CASES)
-def test_warm_equals_cold_under_tp2(tp_server, name):
-    warm = run_and_compare(tp_server, CASES[name])
+def test_warm_equals_cold_under_tp2(tp_server, reference, name):
+    warm = run_and_compare(tp_server, CASES[name], reference)
     assert warm[0]["cached_tokens"] == 0 and any(w["cached_tokens"] > 0 for w in warm[1:])
 
 

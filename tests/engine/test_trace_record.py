@@ -81,10 +81,17 @@ def test_long_context_model_serves_a_prompt_past_the_default_8k(tmp_path):
         "--cache-policy-set", "side_tokens=4096"], state_pool=False)
     try:
         prompt = prompt_ids(21, 10_000)  # past the default tiny model's 8,192 positions
-        record = output_record(server.generate(prompt, 2, rid="long.0"))
-        assert record["prompt_tokens"] == 10_000 and len(record["output_ids"]) == 2
+        record = output_record(server.generate(prompt, 4, rid="long.0"))
+        # All of it read (nothing cached), so positions 8,192 .. 9,999 went through the model.
+        assert (record["prompt_tokens"], record["cached_tokens"], len(record["output_ids"])) == (10_000, 0, 4)
         # scr started: its rotary check passed (table rows >= the context length)
         assert "rotary=True" in server.log_text()
     finally:
         server.stop()
     assert server.fatal_lines() == [], server.log_tail()
+    # The values: the independent reference (chunked GDN form, fresh RoPE at every position) reads the
+    # same 10,000 tokens; a RoPE table cut at 8,192 or a wrong position past it would not agree.
+    from tests.engine.conftest import assert_equals_reference
+    from tests.reference.hybrid_reference import Reference
+
+    assert_equals_reference(Reference(model, gdn="chunk"), prompt, record, "10,000-token read")

@@ -191,16 +191,19 @@ def test_constrained_decoding_where_xgrammar_cannot_mask(server, path, payload, 
 def test_rid_in_flight_is_a_400_and_leaves_no_state(server):
     """A second request with a busy rid is refused; in a batch, before SGLang has recorded the
     batch's other rids (it used to keep them, refusing them as duplicates from then on)."""
-    payload = {**gen({"max_new_tokens": 120, "ignore_eos": True}), "rid": "busy", "stream": True}
+    # "busy" decodes far longer than the test runs and is ended by /abort_request: it is in flight
+    # for every check below however slow the box (a short decode could finish before them).
+    payload = {**gen({"max_new_tokens": 4000, "ignore_eos": True}), "rid": "busy", "stream": True}
     request = urllib.request.Request(server.url + "/generate", data=json.dumps(payload).encode(),
                                      headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=TIMEOUT) as stream:
-        assert stream.readline().startswith(b"data: ")  # "busy" is in flight until the stream ends
+        assert stream.readline().startswith(b"data: ")
         status, body = send(server, "/generate", gen(rid="busy"))
         assert (status, message(body)) == (400, "rid: a request with rid 'busy' is already in flight")
         status, body = send(server, "/generate", gen(input_ids=[[1], [2]], rid=["fresh", "busy"]))
         assert (status, message(body)) == (400, "rid: a request with rid 'busy' is already in flight")
-        stream.read()
+        assert send(server, "/abort_request", {"rid": "busy"})[0] == 200
+        assert b'"abort"' in stream.read()  # the stream ends with the abort, long before 4,000 tokens
     for rid in ("fresh", "busy"):
         status, body = send(server, "/generate", gen(rid=rid))
         assert status == 200, body

@@ -29,9 +29,13 @@ state the tree has, so the tree could not serve it) computes fresh rows, and SGL
 the end of each prefill forward keeps the tree's rows and points the request at them (it frees
 the duplicates): from the next forward on, attention reads the tree's (relocated) rows there.
 ``serve(read_from=h, chunk=c)`` models that: the read from the server's tree hit ``h`` runs in
-forwards of ``c`` tokens (SGLang's chunked prefill, cut at each block stop), and after each
-forward the rows the tree holds for the same tokens replace the fresh ones. Only relocated
-requests' rows differ from a fresh read, so only they are kept as the conversation's ``tree``.
+forwards of ``c`` tokens (SGLang's chunked prefill, cut at each block stop; or, given
+``forward_starts``, where the server's log says each forward began), and after each forward the
+rows the tree holds along the request's token path replace the request's own, over the whole
+sequence so far: the rows it read, and a placed row too when its block starts on a token the
+tree's path also has there (a diff run that begins one token before the edit, by coincidence of
+ids, found by the four-conversation engine test). Only relocated requests' rows differ from a
+fresh read, so only theirs replace anything.
 """
 
 from __future__ import annotations
@@ -73,20 +77,25 @@ class Conversation:
     # order: (ids, rows, relocated rows among them); the first to insert a path keeps its rows
 
     def serve(self, prompt, output_ids, relocations=(), ssm_mode: str = "fork", rerotate_keys: bool = True,
-              prefix: Cache | None = None, read_from: int = 0, chunk: int | None = None) -> Served:
+              prefix: Cache | None = None, read_from: int = 0, chunk: int | None = None,
+              forward_starts=None) -> Served:
         """The request as the server computes it; updates the conversation like the server does.
 
         ``prefix``: a cache the request resumes from (a radix match on rows that a relocated request
         left in the tree); its length is where the read starts. Without it the read starts at 0.
         ``read_from``/``chunk``: the server's tree hit and prefill chunk, for the tree's rows
-        replacing re-read ones (module docstring); without ``chunk`` nothing is replaced."""
+        replacing re-read ones (module docstring); without ``chunk`` nothing is replaced.
+        ``forward_starts``: instead of the chunk grid, the positions where the server began each
+        forward (its ``phase1 re-entry ... prefix=`` lines): with other requests in the round the
+        chunk budget is shared, so forwards end off the grid."""
+        starts = None if forward_starts is None else sorted(set(forward_starts))
         prompt, output_ids = list(prompt), list(output_ids)
         cache = prefix.clone() if prefix is not None else self.ref.empty()
         position = cache.length
         for index, block in enumerate(sorted(relocations, key=lambda b: b.stop)):
             if block.stop < position:
                 raise ValueError(f"block at {block.stop} starts before the read position {position}")
-            self._read(cache, prompt, position, block.stop, read_from, chunk)
+            self._read(cache, prompt, position, block.stop, read_from, chunk, starts)
             self._place(cache, block, rerotate_keys)
             if index == 0 and ssm_mode == "fork":
                 if self.snapshot is None:
@@ -97,7 +106,7 @@ class Conversation:
             position = block.stop + block.rows
         if position >= len(prompt):
             raise ValueError("a relocation must leave at least one prompt token to read")
-        logits = self._read(cache, prompt, position, len(prompt), read_from, chunk)
+        logits = self._read(cache, prompt, position, len(prompt), read_from, chunk, starts)
         prompt_end_state = cache.linear_state()
         logprobs, argmax = self.ref.decode(cache, logits[-1], output_ids)
         self._store(prompt + output_ids[:-1], cache)
@@ -109,23 +118,29 @@ class Conversation:
         return Served(logprobs, argmax, cache)
 
     def _read(self, cache: Cache, prompt: list[int], start: int, end: int, read_from: int,
-              chunk: int | None) -> torch.Tensor:
+              chunk: int | None, starts: list[int] | None = None) -> torch.Tensor:
         """Read ``prompt[start:end]``: in one go, or (``chunk``) in the server's forwards (counted
         from ``read_from``, the tree hit), each followed by the tree's rows replacing re-read ones."""
-        if chunk is None:
+        if chunk is None and starts is None:
             return self.ref.read(cache, prompt[start:end])
         logits = []
         position = start
         while position < end:
-            grid = read_from + ((position - read_from) // chunk + 1) * chunk if position >= read_from else read_from
-            stop = min(end, grid)
+            if starts is not None:
+                stop = min([p for p in starts if p > position] + [end])
+            else:
+                grid = read_from + ((position - read_from) // chunk + 1) * chunk if position >= read_from else read_from
+                stop = min(end, grid)
             logits.append(self.ref.read(cache, prompt[position:stop]))
-            self._tree_rows(cache, prompt, position, stop)
+            # SGLang's insert after the forward covers the request's whole sequence so far, so a
+            # placed (relocated) row whose position and token path the tree already holds is
+            # replaced too, not only the rows this forward read.
+            self._tree_rows(cache, prompt, 0, stop)
             position = stop
         return torch.cat(logits)
 
     def _tree_rows(self, cache: Cache, prompt: list[int], start: int, stop: int) -> None:
-        """Rows ``[start, stop)`` the tree holds for the same tokens replace the fresh ones: each
+        """Rows ``[start, stop)`` the tree holds for the same tokens replace the request's own: each
         position's rows are those of the first served sequence that inserted its path; a request
         without relocated rows holds what a fresh read computes, so only relocated ones change values."""
         done = start
