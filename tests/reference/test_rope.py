@@ -156,17 +156,23 @@ def test_one_delta_for_all_rows_equals_keys_computed_at_the_new_position(dtype, 
     assert_matches_fresh(moved, stored, k0, old, new)
 
 
+def random_moves(rows: int, seed: int, key_seed: int, dtype):
+    """``rows`` unrotated keys stored (rotated, in ``dtype``) at random positions, and a random new
+    position for each: ``(k0, old, new, stored)``."""
+    gen = torch.Generator().manual_seed(seed)
+    k0 = unrotated_keys(rows, seed=key_seed)
+    old = torch.randint(0, MAX_POSITIONS, (rows,), generator=gen)
+    new = torch.randint(0, MAX_POSITIONS, (rows,), generator=gen)
+    return k0, old, new, rope64(k0, old).to(dtype)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_per_row_deltas_equal_keys_computed_at_each_new_position(dtype):
-    gen = torch.Generator().manual_seed(11)
-    k0 = unrotated_keys(256, seed=8)
-    old = torch.randint(0, MAX_POSITIONS, (256,), generator=gen)
-    new = torch.randint(0, MAX_POSITIONS, (256,), generator=gen)
+    k0, old, new, stored = random_moves(256, seed=11, key_seed=8, dtype=dtype)
     new[::16] = old[::16]  # some rows stay where they are
     delta = new - old
     assert (delta > 0).sum() > 50 and (delta < 0).sum() > 50 and (delta == 0).sum() == 16
     assert delta.unique().numel() > 200  # genuinely a different delta per row
-    stored = rope64(k0, old).to(dtype)
     moved = rerotate_keys_from_cache(stored, old, new, exact_table(MAX_POSITIONS))
     assert_matches_fresh(moved, stored, k0, old, new)
 
@@ -190,11 +196,7 @@ def test_bf16_result_is_within_one_rounding_of_the_exact_rotation_of_the_stored_
     only by the final cast, at most U16·|k'| per channel (+ the fp32 arithmetic). Measured:
     0.9955·U16·|k'| at most. A bf16 cos/sin (relative error up to 2^-8 in the angle's cos and sin)
     breaks it."""
-    gen = torch.Generator().manual_seed(13)
-    k0 = unrotated_keys(512, seed=10)
-    old = torch.randint(0, MAX_POSITIONS, (512,), generator=gen)
-    new = torch.randint(0, MAX_POSITIONS, (512,), generator=gen)
-    stored = rope64(k0, old).to(torch.bfloat16)
+    _, old, new, stored = random_moves(512, seed=13, key_seed=10, dtype=torch.bfloat16)
     moved = rerotate_keys_from_cache(stored, old, new, exact_table(MAX_POSITIONS))
     exact = rope64(stored.to(torch.float64), new - old)  # a rotation by Δ, from the formula
     error = (moved.to(torch.float64) - exact)[..., :ROTARY_DIM].abs()
@@ -223,11 +225,7 @@ def test_delta_zero_is_the_identity_bit_for_bit(dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_pass_through_channels_are_untouched_and_the_input_is_not_modified(dtype):
-    gen = torch.Generator().manual_seed(16)
-    k0 = unrotated_keys(64, seed=17)
-    old = torch.randint(0, MAX_POSITIONS, (64,), generator=gen)
-    new = torch.randint(0, MAX_POSITIONS, (64,), generator=gen)
-    stored = rope64(k0, old).to(dtype)
+    _, old, new, stored = random_moves(64, seed=16, key_seed=17, dtype=dtype)
     before = stored.clone()
     moved = rerotate_keys_from_cache(stored, old, new, sglang_table(MAX_POSITIONS))
     assert torch.equal(stored, before)  # a new tensor; the caller writes it back
