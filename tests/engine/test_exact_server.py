@@ -257,18 +257,17 @@ def test_a_warm_answer_decoded_beside_others_is_the_cold_solo_answer(exact_serve
     assert warm["logprobs"] == cold["logprobs"]  # bit for bit
 
 
-def test_pieces_of_832_edit_and_append_equal_the_reference(tiny_model_dir, tmp_path, reference):
-    """The default piece (B = 832, R = 6656) on 2,000-token prompts: an edit at 1,000 finds no
+def test_pieces_of_832_edits_equal_the_reference(tiny_model_dir, tmp_path, reference):
+    """The default piece (B = 832, R = 6656) on 1,700-token prompts: an edit at 1,000 finds no
     state below it (the first read kept only its prompt end, 1,664) and leaves a junction at 832;
-    an edit at 1,200 resumes there; an append resumes at its prompt end. Warm = cold bit for bit,
-    cold = the reference, reuse = the oracle."""
-    base = prompt_ids(seed=170, length=2000)
-    second = edited(base, 1200, 1210, filler_seed=172)
-    prompts = [base, edited(base, 1000, 1010, filler_seed=171), second, second + prompt_ids(173, 300)]
+    an edit at 1,200 resumes there. Warm = cold bit for bit, cold = the reference, reuse = the
+    oracle. (Appends are in the B = 64 matrix; three prompts keep this test near a minute.)"""
+    base = prompt_ids(seed=170, length=1700)
+    prompts = [base, edited(base, 1000, 1010, filler_seed=171), edited(base, 1200, 1210, filler_seed=172)]
     args = ["--cache-policy", "exact", "--cache-events", str(tmp_path / "events.jsonl")]
     with start_server(tiny_model_dir, tmp_path, "exact-832", args) as server:
         warm = run_and_compare(server, prompts, reference, piece=832, retain_every=6656)
-    assert [w["cached_tokens"] for w in warm] == [0, 0, 832, 1664]
+    assert [w["cached_tokens"] for w in warm] == [0, 0, 832]
     assert server.fatal_lines() == []
 
 
