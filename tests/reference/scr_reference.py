@@ -135,15 +135,15 @@ class Conversation:
             # SGLang's insert after the forward covers the request's whole sequence so far, so a
             # placed (relocated) row whose position and token path the tree already holds is
             # replaced too, not only the rows this forward read.
-            self._tree_rows(cache, prompt, 0, stop)
+            self._tree_rows(cache, prompt, stop)
             position = stop
         return torch.cat(logits)
 
-    def _tree_rows(self, cache: Cache, prompt: list[int], start: int, stop: int) -> None:
-        """Rows ``[start, stop)`` the tree holds for the same tokens replace the request's own: each
+    def _tree_rows(self, cache: Cache, prompt: list[int], stop: int) -> None:
+        """Rows ``[0, stop)`` the tree holds for the same tokens replace the request's own: each
         position's rows are those of the first served sequence that inserted its path; a request
         without relocated rows holds what a fresh read computes, so only relocated ones change values."""
-        done = start
+        done = 0
         for sequence, held, relocated in self.tree:
             shared = min(common_prefix(sequence, prompt), len(sequence), held.length, stop)
             if shared > done:
