@@ -1,6 +1,6 @@
 """``python -m eval.bench_policies``: the three policies on the same agent trace, side by side.
 
-    python -m eval.bench_policies --out DIR [--trace FILE | --questions N --seed S]
+    python -m eval.bench_policies --out DIR [--trace FILE | --questions N --seed S] [--render default|preserve]
         [--policies radix,exact,scr] [--concurrency N] [--model DIR]
 
 Cache decisions depend only on the token sequences, so once the prompts and completions of an
@@ -21,7 +21,11 @@ at once: an idle SGLang scheduler busy-polls a core), this
 Then ``eval.report compare`` writes the table and the two plots, and this module adds what only a
 shared trace can give: shares over the calls the *trace* marks as edited (the same calls for
 every policy), PFLOPs per question and their ratio to radix, and the wall-time ratio measured in
-this run. Without ``--trace`` the default set is generated first (``eval.traces synth``).
+this run. Without ``--trace`` the default set is generated first (``eval.traces synth``), rendered
+as ``--render`` says (``eval/render.py``: ``default`` strips earlier reasoning once a user turn
+follows, ``preserve`` keeps it); the rendering goes into the trace's name and lines, so a
+``preserve`` set is another file with another digest and ``--resume`` never mixes the two. The
+rendering is recorded in ``bench.json`` and the table's first line.
 
 The tiny model is random: the numbers measure the cache machinery on BrowseComp-Plus-shaped token
 sequences, not the real model. PFLOPs use Qwen3.6-27B's geometry on the trace's token counts.
@@ -210,7 +214,7 @@ def cause_cells(result: dict, key: str) -> str:
 
 
 def headline(results: dict[str, dict], table: dict[str, dict], edited: dict[str, dict], questions: int,
-             edited_calls: int, baseline: str) -> str:
+             edited_calls: int, baseline: str, render: str = "default") -> str:
     """The benchmark's own table: shares, edited (per the trace) shares, PFLOPs, wall time."""
     names = list(results)
     base_wall = results.get(baseline, {}).get("replay_s")
@@ -241,7 +245,8 @@ def headline(results: dict[str, dict], table: dict[str, dict], edited: dict[str,
          if "sessions" in results[n] else ""),
         ("checks", lambda n: "pass" if not results[n]["checks_failed"] else f"FAILED ({len(results[n]['checks_failed'])})"),
     ]
-    lines = [f"{questions} questions; the tiny random model on CPU (cost side only, not quality)", "",
+    lines = [f"{questions} questions, rendering {render} (eval/render.py); the tiny random model on CPU "
+             "(cost side only, not quality)", "",
              "| | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
     lines += [f"| {label} | " + " | ".join(cell(n) for n in names) + " |" for label, cell in rows]
     return "\n".join(lines)
@@ -258,12 +263,32 @@ def default_model(trace_path: Path) -> Path:
     return cached_build(ROOT / ".artifacts", max_positions=131072, tokenizer=tokenizer)
 
 
-def synth_default(path: Path, questions: int, seed: int, small: bool = False) -> None:
-    """``eval.traces synth`` into ``path`` (``small``: its small preset)."""
+def synth_default(path: Path, questions: int, seed: int, small: bool = False, render: str = "default") -> None:
+    """``eval.traces synth`` into ``path`` (``small``: its small preset; ``render``: how earlier
+    turns are rendered, ``eval/render.py``)."""
     import subprocess
 
     subprocess.run([sys.executable, "-m", "eval.traces", "synth", "--out", str(path), "--questions", str(questions),
-                    "--seed", str(seed), *(["--small"] if small else [])], check=True)
+                    "--seed", str(seed), "--render", render, *(["--small"] if small else [])], check=True)
+
+
+def default_trace_path(out: Path, questions: int, seed: int, render: str = "default") -> Path:
+    """Where the generated set goes. A ``preserve`` set has its own name; the ``default`` one
+    keeps the name it had before renderings were named, so a folder's earlier trace is reused
+    (synth then always rendered the default way)."""
+    return out / f"trace-q{questions}-s{seed}-qwen{'' if render == 'default' else '-' + render}.jsonl"
+
+
+def trace_rendering(trace: Path, wanted: str | None) -> str:
+    """The rendering ``trace`` records (``eval.traces.format.trace_render``); ``ValueError`` when
+    ``wanted`` (``--render``) says otherwise."""
+    from eval.traces import read_trace
+    from eval.traces.format import trace_render
+
+    recorded = trace_render(read_trace(trace))
+    if wanted is not None and recorded != wanted:
+        raise ValueError(f"--render {wanted}: {trace} was rendered {recorded!r}")
+    return recorded
 
 
 def bench(trace_path: Path, out: Path, arms: list[Arm], concurrency: int | list[int], model_dir: Path,
@@ -273,7 +298,10 @@ def bench(trace_path: Path, out: Path, arms: list[Arm], concurrency: int | list[
     from eval.accounting.compare import compare, read_run
     from eval.traces import read_trace
 
+    from eval.traces.format import trace_render
+
     calls = read_trace(trace_path)
+    render = trace_render(calls)
     edited = trace_edited(calls)
     concurrencies = [concurrency] if isinstance(concurrency, int) else list(concurrency)
     swept = sweep(arms, concurrencies)
@@ -305,7 +333,7 @@ def bench(trace_path: Path, out: Path, arms: list[Arm], concurrency: int | list[
         compared = compare({a.name: out / a.name / "report" for a in group}, folder, baseline=base.name)
         compared_all[c] = compared
         texts.append(f"### concurrency {c}\n\n" + headline({a.name: results[a.name] for a in group}, compared["table"],
-                                                           edited_by_arm, questions, len(edited), base.name)
+                                                           edited_by_arm, questions, len(edited), base.name, render)
                      + "\n\n" + compared["markdown"])
     sensitivity = radix_sensitivity(calls)
     text = "\n\n".join(texts) + "\n\nradix prefix share by recurrent-state spacing (offline estimate, no_buffer): " + \
@@ -317,7 +345,7 @@ def bench(trace_path: Path, out: Path, arms: list[Arm], concurrency: int | list[
     text += f"; replays {served:.0f} s in all" + (f" ({', '.join(reused)} reused from an earlier run: --resume)"
                                                    if reused else "")
     (out / "table.md").write_text(text + "\n")
-    summary = {"trace": str(trace_path), "calls": len(calls), "questions": questions, "edited_calls": len(edited),
+    summary = {"trace": str(trace_path), "render": render, "calls": len(calls), "questions": questions, "edited_calls": len(edited),
                "wall_s": round(wall, 1),
                "arms": [{"name": a.name, "policy": a.policy, "settings": dict(a.settings), "concurrency": a.concurrency}
                         for a in swept],
@@ -340,6 +368,7 @@ DESCRIPTION = (
 
 def main(argv: list[str] | None = None) -> int:
     from eval.cli_types import Parser, existing_dir, existing_file, int_at_least, name_list
+    from eval.render import DEFAULT, RENDERINGS
 
     parser = Parser(prog=PROG, description=DESCRIPTION + "\n\nExit status: 0 every check passed, "
                     "1 a check failed (or exact's reuse differed from its prediction), 2 a usage error.")
@@ -349,6 +378,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--questions", type=int_at_least(1), default=DEFAULT_QUESTIONS, metavar="N",
                         help="questions of the generated set")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, metavar="S", help="seed of the generated set")
+    parser.add_argument("--render", choices=RENDERINGS, default=None,
+                        help="how the generated set renders earlier turns (eval/render.py): default strips an "
+                        "assistant turn's reasoning once a user turn follows, preserve keeps it "
+                        "(preserve_thinking=true); unset: default, or with --trace what the trace records "
+                        "(a --render that differs from it is refused)")
     parser.add_argument("--policies", type=name_list(POLICIES), default=None, metavar="LIST",
                         help="comma-separated policies, each with its defaults (shorthand for --arm P=P ...)")
     parser.add_argument("--arm", action="append", default=None, metavar="NAME=POLICY[:KEY=VALUE,...]",
@@ -372,9 +406,13 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     trace = args.trace
     if trace is None:
-        trace = args.out / f"trace-q{args.questions}-s{args.seed}-qwen.jsonl"
+        trace = default_trace_path(args.out, args.questions, args.seed, args.render or DEFAULT)
         if not trace.exists():
-            synth_default(trace, args.questions, args.seed)
+            synth_default(trace, args.questions, args.seed, render=args.render or DEFAULT)
+    try:
+        trace_rendering(trace, args.render)
+    except ValueError as exc:
+        parser.error(str(exc))
     model_dir = args.model or default_model(trace)
     summary = bench(trace, args.out, arms, concurrencies, model_dir, resume=args.resume)
     failed = any(r["checks_failed"] or r.get("exact_prediction", {}).get("share", 1.0) < 1.0

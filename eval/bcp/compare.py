@@ -1,14 +1,18 @@
 """Side-by-side comparison of BCP runs under different cache policies (docs/eval.md §5.8-§5.10).
 
     python -m eval.bcp.compare --run radix=runs/radix --run exact=runs/exact [--run scr=runs/scr] \\
-        --out compare/NAME [--baseline radix] [--margin 3] [--model-config MODEL/config.json] [--ignore KEY ...]
+        --out compare/NAME [--baseline radix] [--margin 3] [--model-config MODEL/config.json] [--ignore KEY ...] \\
+        [--allow-render-mismatch]
 
 The first run (or --baseline) is the reference of the paired statistics. The command refuses
-(exit 2) to compare runs whose manifests differ in anything but the policy: model, server settings
-that must match, SGLang version, agent config, retrieval (snippet unit included), dataset and
-question list, concurrency, and the agent code's fingerprint (eval/bcp/manifest.py, `comparable`;
-the git commit is shown, not compared). --ignore KEY lets a named difference through and prints it
-in the table. Each run must have been scored (python -m eval.bcp.run judge|score).
+(exit 2) to compare runs whose manifests differ in anything but the policy: the rendering of earlier
+turns (eval/render.py; a manifest without `render` counts as what its chat_template_kwargs ask for),
+model, server settings that must match, SGLang version, agent config, retrieval (snippet unit
+included), dataset and question list, concurrency, and the agent code's fingerprint
+(eval/bcp/manifest.py, `comparable`; the git commit is shown, not compared). --ignore KEY lets a
+named difference through and prints it in the table; --allow-render-mismatch does so for the
+rendering (the same as --ignore render). Each run must have been scored (python -m eval.bcp.run
+judge|score).
 
 Token accounting comes from each run's events.jsonl (the server's --cache-events lines of the
 run's rids) through eval.report.ingest; only the requests of a question's final attempt count
@@ -27,7 +31,7 @@ import json
 import sys
 from pathlib import Path
 
-from eval.bcp.compare_arms import Arm, CompareError, check_comparable, load_arm
+from eval.bcp.compare_arms import RENDER, Arm, CompareError, check_comparable, load_arm
 from eval.bcp.compare_output import render_markdown, write
 from eval.bcp.compare_table import build
 from eval.bcp.manifest import MANIFEST
@@ -51,6 +55,9 @@ def build_parser() -> Parser:
                              "A/A noise floor")
     parser.add_argument("--ignore", action="append", default=[], metavar="KEY",
                         help="a manifest key allowed to differ (see manifest.comparable); repeatable")
+    parser.add_argument("--allow-render-mismatch", action="store_true",
+                        help="pair runs rendered differently (eval/render.py: default vs preserve); the table notes "
+                             "it. Without it they are refused: the model saw different prompts")
     parser.add_argument("--resamples", type=int_at_least(1), default=10_000, metavar="N", help="bootstrap resamples")
     return parser
 
@@ -79,10 +86,11 @@ def compare(args) -> dict:
     specs = ordered_runs(args.run, args.baseline)
     geometry = geometry_from_config(json.loads(args.model_config.read_text())) if args.model_config else QWEN36_27B
     arms = [load_arm(name, path, args.out, args.model_config) for name, path in specs]
-    notes = check_comparable(arms, set(args.ignore))
+    ignore = set(args.ignore) | ({RENDER} if args.allow_render_mismatch else set())
+    notes = check_comparable(arms, ignore)
     aa = None
     if args.aa is not None:
-        aa, aa_notes = load_aa(args.aa, arms, args.out, args.model_config, set(args.ignore))
+        aa, aa_notes = load_aa(args.aa, arms, args.out, args.model_config, ignore)
         notes += aa_notes
     return build(arms, margin=args.margin / 100, notes=notes, body_params=n_body(geometry),
                  pair_flops=flops_per_pair(geometry), resamples=args.resamples, aa=aa)

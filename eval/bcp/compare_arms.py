@@ -1,6 +1,7 @@
 """The arms of a BCP comparison: each run's manifest, scores, run records, client rows and token
 accounting (``eval.report.ingest`` over its ``events.jsonl``), joined and checked, and the check
-that the arms differ in nothing but the policy (``manifest.comparable``)."""
+that the arms differ in nothing but the policy (``manifest.comparable``), the rendering of earlier
+turns (``eval/render.py``) first."""
 
 from __future__ import annotations
 
@@ -103,13 +104,35 @@ def _diff_detail(a, b) -> str:
     return f" ({str(a)[:60]!r} vs {str(b)[:60]!r})"
 
 
+RENDER = "render"  # the comparable key of the rendering; --allow-render-mismatch puts it into ``ignore``
+
+
+def check_render(arms: list[Arm], ignore: set[str]) -> list[str]:
+    """Runs rendered differently (``eval/render.py``) showed the model different prompts: neither
+    their cache numbers nor their accuracy pair. A CompareError naming every arm's rendering,
+    unless ``RENDER`` is ignored (then one note saying so)."""
+    renders = {arm.name: comparable(arm.manifest)[RENDER] for arm in arms}
+    if len(set(renders.values())) < 2:
+        return []
+    listed = ", ".join(f"{name} ({arm.path}) rendered {renders[name]!r}" for name, arm in zip(renders, arms))
+    if RENDER not in ignore:
+        raise CompareError(f"runs rendered differently: {listed}. The model saw different prompts (eval/render.py), "
+                           "so neither their cache numbers nor their accuracy pair; --allow-render-mismatch "
+                           "compares them anyway")
+    return [f"render differs, let through: {listed}"]
+
+
 def check_comparable(arms: list[Arm], ignore: set[str], same_policy: bool = False) -> list[str]:
-    """Differences other than the policy; raises CompareError unless every one is ignored."""
+    """Differences other than the policy; raises CompareError unless every one is ignored (the
+    rendering is checked first, by ``check_render``)."""
+    notes = check_render(arms, ignore)
     base = comparable(arms[0].manifest)
-    notes, problems = [], []
+    problems = []
     for arm in arms[1:]:
         other = comparable(arm.manifest)
         for key in base:
+            if key == RENDER:
+                continue
             if base[key] != other[key]:
                 line = f"{arm.name} vs {arms[0].name}: {key} differs{_diff_detail(base[key], other[key])}"
                 (notes if key in ignore else problems).append(line)

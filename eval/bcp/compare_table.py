@@ -17,6 +17,7 @@ from eval.bcp import stats
 from eval.bcp.compare_arms import Arm
 from eval.bcp.compare_numbers import (citations, count, mean, mean_ci, median, num, pct, question_tokens, ratio_ci,
                                       wilcoxon_p)
+from eval.bcp.manifest import manifest_render
 
 PAPER = {  # docs/eval.md §0.3 / §5.9: plain SGLang and SCR on BCP-830 (reported)
     "accuracy": ("60.2%", "60.2%"), "pflops": ("10.98", "7.14"), "ratio": ("1", "0.650"), "relocated_share": ("0", "7.8%"),
@@ -80,8 +81,9 @@ def setup_rows(t: Table) -> None:
     t.row("setup", "retriever (k, snippet tokens)", lambda a: (
         f"{a.manifest.get('retrieval', {}).get('backend')} (k={search(a, 'k')}, {search(a, 'snippet_max_tokens')})"))
     t.row("setup", "agent config", lambda a: f"{a.manifest['agent']['config']['mode']} {a.manifest['agent'].get('fingerprint')}")
-    t.row("setup", "enable/preserve thinking",
-          lambda a: "{enable_thinking}/{preserve_thinking}".format(**a.manifest["agent"]["chat_template_kwargs"]))
+    t.row("setup", "enable/preserve thinking (render)",
+          lambda a: "{enable_thinking}/{preserve_thinking}".format(**a.manifest["agent"]["chat_template_kwargs"])
+          + f" ({manifest_render(a.manifest)})")
     t.row("setup", "questions; concurrency; seed",
           lambda a: f"{len(a.records)}; {a.manifest['run']['concurrency']}; {a.manifest['run'].get('seed')}")
     t.row("setup", "git commit", git)

@@ -2,7 +2,8 @@
 ``compare`` can refuse runs that differ in more than the policy, and a resumed run can refuse a
 different run's directory.
 
-``comparable`` names the parts that must be equal between arms; the server settings are split into
+``comparable`` names the parts that must be equal between arms, the rendering of earlier turns
+(``manifest_render``, ``eval/render.py``) among them; the server settings are split into
 those that must match (``SERVER_KEYS_MUST_MATCH``), the volatile ones left out of the manifest
 (``SERVER_KEYS_VOLATILE``), and the rest, recorded and shown but not compared (a policy
 legitimately brings its own, e.g. the exact launcher's chunked prefill).
@@ -15,6 +16,7 @@ import json
 import subprocess
 from pathlib import Path
 
+from eval import render as render_mod
 from eval.bcp import journal as journal_mod
 
 MANIFEST = "manifest.json"
@@ -67,16 +69,28 @@ def dataset_fingerprint(queries, corpus_fingerprint: str) -> str:
     return h.hexdigest()
 
 
+def manifest_render(manifest: dict) -> str:
+    """How the run rendered earlier turns (``eval/render.py``): the manifest's ``render``; a run
+    from before it was recorded is what its ``chat_template_kwargs`` asked for (``default`` when
+    ``preserve_thinking`` is false)."""
+    return manifest.get("render") or render_mod.from_kwargs(manifest.get("agent", {}).get("chat_template_kwargs"))
+
+
 def comparable(manifest: dict) -> dict:
     """The parts of a manifest that must be equal between arms of a comparison (everything but
-    the policy and what a launch varies)."""
+    the policy and what a launch varies). The agent config leaves out ``preserve_thinking``: it is
+    compared as ``render``, which ``compare --allow-render-mismatch`` may let through alone."""
     server_args = manifest.get("server", {}).get("args", {})
+    config = manifest.get("agent", {}).get("config")
+    if isinstance(config, dict):
+        config = {k: v for k, v in config.items() if k != "preserve_thinking"}
     return {
+        "render": manifest_render(manifest),
         "model": manifest.get("model"),
         "server_args": {k: server_args.get(k) for k in SERVER_KEYS_MUST_MATCH},
         "sglang_version": manifest.get("server", {}).get("sglang_version"),
         "server_kind": manifest.get("server", {}).get("kind"),
-        "agent_config": manifest.get("agent", {}).get("config"),
+        "agent_config": config,
         "retrieval": manifest.get("retrieval"),
         "dataset": manifest.get("dataset", {}).get("fingerprint"),
         "questions": manifest.get("dataset", {}).get("question_ids"),

@@ -3,7 +3,8 @@ grades the finished run files, and `score` computes the metrics (docs/eval.md §
 
     python -m eval.bcp.run run   --dataset DIR --server URL --policy radix --out runs/radix \\
                                  [--policy-set KEY=VALUE ...] [--events FILE] [--config eval/bcp/bcp.yaml] \\
-                                 [--set KEY=VALUE ...] [--index DIR] [--limit N | --subset N] \\
+                                 [--set KEY=VALUE ...] [--render default|preserve] [--index DIR] \\
+                                 [--limit N | --subset N] \\
                                  [--snippet-tokenizer auto|words|DIR] [--server-trace FILE] [--run-id ID] \\
                                  [--judge-server URL]
     python -m eval.bcp.run judge --run runs/radix --judge-server URL [--judge-model NAME]
@@ -12,8 +13,8 @@ grades the finished run files, and `score` computes the metrics (docs/eval.md §
 Run directory (docs/eval.md §5.5):
 
     manifest.json            model, policy, server args, the server's start-up record, agent config,
-                             retrieval (snippet unit), dataset fingerprint, question order, git commit,
-                             seeds (compare checks these)
+                             rendering (eval/render.py), retrieval (snippet unit), dataset fingerprint,
+                             question order, git commit, seeds (compare checks these)
     journal.jsonl            start/done lines (eval/bcp/journal.py)
     questions/<qid>.json     the BCP run file (§1.7) plus extras (rids, steps, tokens, agent counters)
     trajectories/<qid>.json  the final message list of the question
@@ -36,6 +37,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from eval import render as render_mod
 from eval.bcp.client import http_post
 from eval.bcp.config import AgentConfig
 from eval.bcp.execute import RunSetup, execute
@@ -64,6 +66,19 @@ def load_agent_config(path: Path, assignments: list[tuple[str, str]]) -> AgentCo
         return load_config(path, {key: override_value(raw) for key, raw in assignments})
     except (OSError, ValueError, TypeError) as exc:
         raise UsageError(f"agent config {path}: {exc}") from None
+
+
+def apply_render(config: AgentConfig, render: str | None, assignments: list[tuple[str, str]]) -> AgentConfig:
+    """``config`` with the ``preserve_thinking`` of ``--render`` (None: unchanged). The flag
+    overrides the config file, as ``--set`` does; a ``--set preserve_thinking`` that says otherwise
+    is a usage error, since the run could not say which one was meant."""
+    if render is None:
+        return config
+    wanted = render_mod.preserve_thinking(render)
+    if any(key == "preserve_thinking" for key, _ in assignments) and config.preserve_thinking != wanted:
+        raise UsageError(f"--render {render} means preserve_thinking={str(wanted).lower()}, but --set "
+                         f"preserve_thinking={str(config.preserve_thinking).lower()}; give one of them")
+    return config.replace(preserve_thinking=wanted)
 
 
 def load_dataset(path: Path):
@@ -154,6 +169,7 @@ def run_manifest(args, *, run_id: str, model: str, server: dict, startup: dict |
         "startup": startup,
         "agent": {"config": config.to_dict(), "fingerprint": config.fingerprint(),
                   "chat_template_kwargs": config.chat_template_kwargs, "prompts": prompts_fingerprint()},
+        "render": render_mod.from_kwargs(config.chat_template_kwargs),
         "retrieval": searcher.describe(),
         "dataset": {"path": str(args.dataset), "fingerprint": dataset_fingerprint(queries, searcher.fingerprint),
                     "total_queries": len(dataset.queries), "question_ids": [q.query_id for q in queries],
@@ -167,7 +183,7 @@ def run_manifest(args, *, run_id: str, model: str, server: dict, startup: dict |
 
 
 def cmd_run(args) -> int:
-    config = load_agent_config(args.config, args.set)
+    config = apply_render(load_agent_config(args.config, args.set), args.render, args.set)
     settings = policy_settings(args.policy, args.policy_set)
     dataset = load_dataset(args.dataset)
     check_index_dir(args.index)

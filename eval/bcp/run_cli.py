@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from eval import render
 from eval.bcp.config import DEFAULT_CONFIG
 from eval.cli_types import Parser, existing_dir, existing_file, int_at_least, key_value
 
@@ -24,6 +25,12 @@ def _add_run_inputs(run: argparse.ArgumentParser) -> None:
     run.add_argument("--set", type=key_value, action="append", default=[], metavar="KEY=VALUE",
                      help="override a config key (the value is read as YAML; search.k etc. for the search "
                           "section); repeatable")
+    run.add_argument("--render", choices=render.RENDERINGS, default=None,
+                     help="how earlier turns are rendered (eval/render.py): default strips reasoning before the "
+                          "last user turn (Qwen3.6's template), preserve keeps it (preserve_thinking=true). Sets "
+                          "the config's preserve_thinking, refuses a --set preserve_thinking that says otherwise, "
+                          "and is recorded in the manifest as render (unset: what the config says); compare "
+                          "refuses to pair runs rendered differently")
     run.add_argument("--index", metavar="DIR", type=Path, default=None,
                      help="bm25s index directory: loaded when it holds this corpus's index, else built and "
                           "saved there (not saved when left out)")

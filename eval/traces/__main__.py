@@ -1,13 +1,15 @@
 """``python -m eval.traces SUBCOMMAND ...``: a small dispatcher; each subcommand's work lives in its module.
 
-* ``synth --out FILE [--questions N] [--seed S] [--small] [--with-messages] [--tokenizer DIR]``: BCP-shaped
-  CLM agent traces from the scripted stand-in (``eval/traces/synth.py``).
+* ``synth --out FILE [--questions N] [--seed S] [--small] [--with-messages] [--tokenizer DIR]
+  [--render default|preserve]``: BCP-shaped CLM agent traces from the scripted stand-in
+  (``eval/traces/synth.py``).
 """
 
 from __future__ import annotations
 
 import sys
 
+from eval import render
 from eval.cli_types import Parser, existing_dir, int_at_least
 
 
@@ -35,6 +37,11 @@ def add_synth(subparsers) -> None:
                         help="qwen: Qwen3.5/3.6's own tokenizer with English text (default; eval/qwen_tokenizer.py); "
                         "tiny: the tiny model's 480-token tokenizer with its word salad (fast tests); or a "
                         "tokenizer directory. The set's statistics go beside the trace (FILE.stats.json).")
+    parser.add_argument("--render", choices=render.RENDERINGS, default=render.DEFAULT,
+                        help="how earlier turns are rendered (eval/render.py): default strips an assistant turn's "
+                        "reasoning once a new user turn follows (Qwen3.6's template), preserve keeps it "
+                        "(chat_template_kwargs.preserve_thinking=true: old turns are never rewritten). Recorded "
+                        "in every line's meta.render and in FILE.stats.json")
     parser.set_defaults(run=synth.main)
 
 

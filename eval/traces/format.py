@@ -17,6 +17,10 @@ Format (JSONL, UTF-8, one object per line, in call order; blank lines are not al
 Calls of one conversation appear in turn order; conversations may interleave (the order the
 calls were made). Unknown keys are an error (a typo would otherwise be silently dropped).
 A malformed line raises :class:`TraceError` naming the file and line.
+
+``meta.render``, when present, names how earlier turns were rendered (``eval/render.py``:
+``default`` or ``preserve``); it must be one of those names and the same on every line of a file
+(one run, one rendering). ``trace_render`` reads it back.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Iterable, Iterator
+
+from eval import render as render_mod
 
 REQUIRED = ("conversation", "turn", "prompt_ids", "completion_ids", "cache_salt")
 OPTIONAL = ("messages", "chat_template_kwargs", "kind", "meta")
@@ -90,6 +96,9 @@ def parse_line(text: str, where: str = "<trace>") -> TraceCall:
     for key, kind in (("messages", list), ("chat_template_kwargs", dict), ("kind", str), ("meta", dict)):
         if data.get(key) is not None and not isinstance(data[key], kind):
             raise TraceError(f"{where}: {key} must be a {kind.__name__}")
+    render = (data.get("meta") or {}).get("render")
+    if render is not None and render not in render_mod.RENDERINGS:
+        raise TraceError(f"{where}: meta.render must be one of {', '.join(render_mod.RENDERINGS)}, got {render!r}")
     return TraceCall(**{**data, "meta": data.get("meta") or {}})
 
 
@@ -97,6 +106,7 @@ def iter_trace(path: str | Path) -> Iterator[TraceCall]:
     """The calls of a trace file, checked line by line and for turn order per conversation."""
     path = Path(path)
     next_turn: dict[str, int] = {}
+    render = None
     with open(path, encoding="utf-8") as f:
         for number, text in enumerate(f, 1):
             where = f"{path}:{number}"
@@ -107,6 +117,12 @@ def iter_trace(path: str | Path) -> Iterator[TraceCall]:
             if call.turn != expected:
                 raise TraceError(f"{where}: conversation {call.conversation!r} turn {call.turn}, expected {expected}")
             next_turn[call.conversation] = expected + 1
+            line_render = call.meta.get("render")
+            if line_render is not None:
+                if render is not None and line_render != render:
+                    raise TraceError(f"{where}: meta.render {line_render!r}, earlier lines say {render!r} "
+                                     "(one trace, one rendering)")
+                render = line_render
             yield call
 
 
@@ -130,6 +146,22 @@ def _write(calls: Iterable[TraceCall], f: IO[str]) -> int:
         f.write(call.to_json() + "\n")
         count += 1
     return count
+
+
+def trace_render(calls: Iterable[TraceCall]) -> str:
+    """The rendering of a trace (``eval/render.py``): its lines' ``meta.render``, else what their
+    ``chat_template_kwargs`` ask for; a trace that records neither (a synthetic set from before
+    renderings were named) was rendered the template's default way, which is ``default``. Lines
+    that disagree are a ``TraceError``."""
+    def line_render(call: TraceCall) -> str | None:
+        if call.meta.get("render"):
+            return call.meta["render"]
+        return render_mod.from_kwargs(call.chat_template_kwargs) if call.chat_template_kwargs is not None else None
+
+    seen = {line_render(call) for call in calls} - {None}
+    if len(seen) > 1:
+        raise TraceError(f"the trace mixes renderings {sorted(seen)}")
+    return seen.pop() if seen else render_mod.DEFAULT
 
 
 def by_conversation(calls: Iterable[TraceCall]) -> dict[str, list[TraceCall]]:

@@ -11,8 +11,8 @@ call it:
 
 1. renders the prompt with the tiny tokenizer's chat template exactly as the server would
    (``Renderer``: tool-call arguments as mappings, as SGLang passes them; ``enable_thinking`` on,
-   ``preserve_thinking`` off), so ``usage.prompt_tokens`` is the real count and the agent's budget
-   calibrates on it;
+   ``preserve_thinking`` as the run's rendering says, ``eval/render.py``), so ``usage.prompt_tokens``
+   is the real count and the agent's budget calibrates on it;
 2. decides one action from what the context shows (``decide``; the harness notes are plain user
    turns whose text starts with the markers of ``agent.NUDGE`` / ``URGENT`` / ``FINALIZE`` /
    ``LEDGER``) and its own per-question memory (steps taken, documents already requested, the last
@@ -67,7 +67,8 @@ class StandinParams:
     # capped at 1,024) keeps the default set's forced decode on the 2-core CPU box within the
     # benchmark's hour: with the real 248,320-row vocabulary and ~16K-token contexts a decode step
     # costs ~40 ms there. Only the reasoning since the last real user query stays in the prompt
-    # (the template strips the rest), so it moves the shares little.
+    # (the template strips the rest), so it moves the shares little; under the ``preserve``
+    # rendering (eval/render.py) all of it stays and its length matters more.
     reasoning_tokens_median: int = 48
     reasoning_sigma: float = 0.7
     reasoning_tokens_max: int = 1024

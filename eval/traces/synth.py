@@ -5,9 +5,11 @@ settings: budget 28,672, enforced limit 26,624, nudges at 25/50/75 %, urgent at 
 margin 2,048, the shrink gate) runs over a synthetic corpus with BrowseComp-Plus-like document
 lengths (``corpus.py``; the real ``search``/``get_document`` tools with k = 5 and 512-token
 snippets) and is driven by the seeded stand-in model of ``standin.py``. Prompts and completions
-are the tiny model's tokens under its chat template (reasoning stripped before the last real user
-turn, as Qwen3.6's template does; every harness message is a user turn). One ``TraceCall`` per LM
-call goes to the trace file (``eval/traces/format.py``).
+are the tokenizer's tokens under the project's chat template. ``--render`` picks how earlier turns
+render (``eval/render.py``): ``default`` strips reasoning before the last real user turn, as
+Qwen3.6's template does (every harness message is a user turn), ``preserve`` keeps it. One
+``TraceCall`` per LM call goes to the trace file (``eval/traces/format.py``), each with the
+rendering in ``meta.render``; the summary in ``FILE.stats.json`` records it too.
 
 ``radix_prefix_estimate`` predicts what SGLang's hybrid radix cache reuses per call, offline, so
 the stand-in can be calibrated (only against radix; the exact and scr splits measured on replay
@@ -29,6 +31,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from eval import render as render_mod
 from eval.bcp.agent import Agent
 from eval.bcp.config import AgentConfig, load_config
 from eval.bcp.retrieval import Searcher
@@ -116,24 +119,33 @@ SMALL_PARAMS = StandinParams(task_steps=(6, 10), p_get_document=0.35, p_ignore_u
 
 
 def synthesize_small(tokenizer, num_questions: int, seed: int = 0, with_messages: bool = False,
-                     progress: Callable[[str], None] | None = None) -> "Synthesis":
+                     progress: Callable[[str], None] | None = None,
+                     render: str = render_mod.DEFAULT) -> "Synthesis":
     language = language_for(tokenizer)
     return synthesize(tokenizer, num_questions, seed, params=replace(SMALL_PARAMS, language=language),
                       corpus_params=replace(SMALL_CORPUS, language=language),
-                      config=load_config(overrides=SMALL_CONFIG), with_messages=with_messages, progress=progress)
+                      config=rendered_config(render, SMALL_CONFIG), with_messages=with_messages, progress=progress)
+
+
+def rendered_config(render: str = render_mod.DEFAULT, overrides: dict | None = None) -> AgentConfig:
+    """``bcp.yaml`` with ``overrides`` and the ``preserve_thinking`` of rendering ``render``."""
+    return load_config(overrides={**(overrides or {}), "preserve_thinking": render_mod.preserve_thinking(render)})
 
 
 @dataclass
 class Synthesis:
     calls: list[TraceCall]
     records: list[dict] = field(default_factory=list)  # the agent's per-question records
+    render: str = render_mod.DEFAULT  # eval/render.py: how earlier turns were rendered
 
 
 def synthesize(tokenizer, num_questions: int = DEFAULT_QUESTIONS, seed: int = 0, *,
                params: StandinParams = StandinParams(), corpus_params: corpus.CorpusParams = corpus.CorpusParams(),
                config: AgentConfig | None = None, with_messages: bool = False,
                progress: Callable[[str], None] | None = None) -> Synthesis:
-    """Run the agent on ``num_questions`` synthetic questions, in order, one at a time."""
+    """Run the agent on ``num_questions`` synthetic questions, in order, one at a time. The
+    rendering (``eval/render.py``) is the config's ``preserve_thinking``; every call records it
+    in ``meta.render``."""
     config = config or load_config()
     if config.mode != "clm":
         raise ValueError("synthetic traces are of the CLM agent: mode must be clm")
@@ -153,7 +165,10 @@ def synthesize(tokenizer, num_questions: int = DEFAULT_QUESTIONS, seed: int = 0,
         records.append(run.record)
         if progress:
             progress(f"{question.qid}: {len(run.record['rids'])} calls, status {run.record['status']}")
-    return Synthesis(standin.calls, records)
+    render = render_mod.from_kwargs(config.chat_template_kwargs)
+    for call in standin.calls:
+        call.meta["render"] = render
+    return Synthesis(standin.calls, records, render)
 
 
 # ---- the radix estimate
@@ -233,6 +248,7 @@ def summarize(synthesis: Synthesis, chunk: int = DEFAULT_CHUNK) -> dict:
     for record in synthesis.records:
         stats.update(record["agent_stats"])
     return {
+        "render": synthesis.render,
         "questions": len(synthesis.records),
         "calls": len(calls),
         "prompt_tokens": prompt,
@@ -266,12 +282,13 @@ def main(args) -> int:
         print(text, file=sys.stderr, flush=True)
 
     tokenizer = load_tokenizer(args.tokenizer)
+    render = getattr(args, "render", render_mod.DEFAULT)
     if getattr(args, "small", False):
-        synthesis = synthesize_small(tokenizer, args.questions, args.seed, args.with_messages, progress)
+        synthesis = synthesize_small(tokenizer, args.questions, args.seed, args.with_messages, progress, render)
     else:
         language = language_for(tokenizer)
         synthesis = synthesize(tokenizer, args.questions, args.seed, params=StandinParams(language=language),
-                               corpus_params=corpus.CorpusParams(language=language),
+                               corpus_params=corpus.CorpusParams(language=language), config=rendered_config(render),
                                with_messages=args.with_messages, progress=progress)
     write_trace(synthesis.calls, args.out)
     summary = summarize(synthesis)

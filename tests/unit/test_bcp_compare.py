@@ -28,7 +28,7 @@ class FakeJudge:
         return {"model": "fake-judge"}
 
 
-def make_run(tmp_path, name, policy, verdicts, reused, kind="real", temperature=None):
+def make_run(tmp_path, name, policy, verdicts, reused, kind="real", temperature=None, render=...):
     run_setup = setup(tmp_path / name, _endpoint())
     run_setup.policy = policy
     run_setup.manifest = {**run_setup.manifest, "policy": policy, "server": {"kind": kind, "args": {"model_path": "m"}},
@@ -37,6 +37,12 @@ def make_run(tmp_path, name, policy, verdicts, reused, kind="real", temperature=
                                     "chat_template_kwargs": run_setup.config.chat_template_kwargs}}
     if temperature is not None:
         run_setup.manifest["agent"]["config"]["temperature"] = temperature
+    if render is not ...:  # None: a manifest from before `render` was recorded, rendered preserve
+        run_setup.manifest["agent"]["config"]["preserve_thinking"] = True
+        run_setup.manifest["agent"]["chat_template_kwargs"] = {**run_setup.config.chat_template_kwargs,
+                                                               "preserve_thinking": True}
+        if render is not None:
+            run_setup.manifest["render"] = render
     records = execute(run_setup)
     run_dir = run_setup.run_dir
     usage = {json.loads(l)["rid"]: json.loads(l)["usage"] for l in (run_dir / "client_requests.jsonl").read_text().splitlines()}
@@ -129,3 +135,27 @@ def test_compare_with_an_aa_run_reports_the_noise_floor(tmp_path):
     rows = {(r["group"], r["row"]): r["values"] for r in json.loads((out / "table.json").read_text())["rows"]}
     assert rows[("accuracy", "A/A discordance (noise floor: radix twice)")] == ["0.250 (b 1, c 0)", "0.250 here"]
     assert compare.main(["--run", f"radix={radix}", "--run", f"exact={exact}", "--aa", str(exact), "--out", str(out)]) == 2
+
+
+def test_compare_refuses_runs_rendered_differently_unless_allowed(tmp_path, capsys):
+    """A run without `render` whose kwargs say preserve_thinking false counts as default; one that
+    says true (or records render preserve) as preserve; the two are not paired unless
+    --allow-render-mismatch, and then the table says so."""
+    radix = make_run(tmp_path, "a", "radix", dict.fromkeys("1234", True), reused=50)
+    kept = make_run(tmp_path, "b", "exact", dict.fromkeys("1234", True), reused=50, render="preserve")
+    old_kept = make_run(tmp_path, "c", "scr", dict.fromkeys("1234", True), reused=50, render=None)
+    out = tmp_path / "cmp"
+    for other in (kept, old_kept):
+        assert compare.main(["--run", f"radix={radix}", "--run", f"exact={other}", "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert "runs rendered differently" in err and "--allow-render-mismatch" in err
+        assert f"radix ({radix}) rendered 'default'" in err and f"exact ({other}) rendered 'preserve'" in err
+        assert "agent_config" not in err  # preserve_thinking is compared as the rendering only
+    assert not (out / "table.md").exists()
+    assert compare.main(["--run", f"radix={radix}", "--run", f"exact={kept}", "--out", str(out),
+                         "--allow-render-mismatch", "--resamples", "100"]) == 0
+    md = (out / "table.md").read_text()
+    assert "render differs, let through" in md and "True/False (default)" in md and "True/True (preserve)" in md
+    # two preserve runs, one from before `render` was recorded, pair without the flag
+    assert compare.main(["--run", f"exact={kept}", "--run", f"scr={old_kept}", "--out", str(tmp_path / "p"),
+                         "--resamples", "100"]) == 0

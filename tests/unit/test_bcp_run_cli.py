@@ -11,6 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from eval.bcp import compare, fixtures, run
+from eval.bcp.config import DEFAULT_CONFIG
 from eval.bcp.run_cli import build_parser
 from policy.events import RequestEvent, startup_record
 
@@ -177,3 +178,32 @@ def test_another_run_in_the_output_directory_is_a_usage_error(tmp_path, dataset,
     assert run.main(run_args(dataset, url, out, None, "--limit", "1")) == 0
     line = _usage_error(capsys, run_args(dataset, url, out, None, "--limit", "1", "--set", "temperature=0"))
     assert "holds a different run" in line and "agent_config" in line
+
+
+def test_render_sets_preserve_thinking_and_is_recorded_in_the_manifest(tmp_path, dataset, server, capsys):
+    """--render preserve (eval/render.py) sets the config's preserve_thinking, which every request
+    carries; the manifest records render, and a resume with another rendering is another run."""
+    url, _ = server
+    out = tmp_path / "run"
+    assert run.main(run_args(dataset, url, out, None, "--limit", "1", "--render", "preserve")) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["render"] == "preserve" and manifest["agent"]["config"]["preserve_thinking"] is True
+    assert manifest["agent"]["chat_template_kwargs"]["preserve_thinking"] is True
+    line = _usage_error(capsys, run_args(dataset, url, out, None, "--limit", "1"))
+    assert "holds a different run" in line and "render" in line
+    plain = tmp_path / "plain"
+    assert run.main(run_args(dataset, url, plain, None, "--limit", "1")) == 0
+    assert json.loads((plain / "manifest.json").read_text())["render"] == "default"
+
+
+def test_render_refuses_a_set_preserve_thinking_that_says_otherwise(tmp_path, dataset, capsys):
+    url = "http://127.0.0.1:9"
+    line = _usage_error(capsys, run_args(dataset, url, tmp_path / "o", None, "--render", "preserve",
+                                         "--set", "preserve_thinking=false"))
+    assert "--render preserve means preserve_thinking=true, but --set preserve_thinking=false" in line
+    assert "invalid choice: 'keep'" in _usage_error(capsys, run_args(dataset, url, tmp_path / "o", None,
+                                                                     "--render", "keep"))
+    assert not (tmp_path / "o").exists()
+    config = run.load_agent_config(DEFAULT_CONFIG, [("preserve_thinking", "true")])
+    assert run.apply_render(config, "preserve", [("preserve_thinking", "true")]).preserve_thinking is True
+    assert run.apply_render(config, None, []) is config

@@ -1,8 +1,11 @@
 """``eval.bench_policies --resume``: an arm's earlier result is reused only when it measured the
-same thing (same trace bytes, server arguments, settings, concurrency) and passed every check."""
+same thing (same trace bytes, server arguments, settings, concurrency) and passed every check; a
+set rendered `preserve` (eval/render.py) is a trace file of its own."""
 
 import hashlib
 import json
+
+import pytest
 
 from eval.arms import parse_arm
 from eval.bench_policies import file_digest, reusable
@@ -53,3 +56,32 @@ def test_failed_missing_or_unreadable_results_are_not_reused(tmp_path):
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "bench.json").write_text("{")
     assert reusable(tmp_path / "broken", arm, ARGS, 4, "abc") is None
+
+
+def test_a_preserve_set_is_another_file_and_the_rendering_goes_to_synth(tmp_path, monkeypatch):
+    """--render preserve (eval/render.py) generates its own trace file, so its digest (and any
+    --resume) never mixes with the default set's; the default set keeps its old name."""
+    import subprocess
+
+    from eval import bench_policies
+
+    default = bench_policies.default_trace_path(tmp_path, 10, 0)
+    assert default.name == "trace-q10-s0-qwen.jsonl"
+    assert bench_policies.default_trace_path(tmp_path, 10, 0, "preserve").name == "trace-q10-s0-qwen-preserve.jsonl"
+    seen = []
+    monkeypatch.setattr(subprocess, "run", lambda argv, check: seen.append(argv))
+    bench_policies.synth_default(tmp_path / "t.jsonl", 2, 1, render="preserve")
+    assert seen[0][seen[0].index("--render") + 1] == "preserve"
+
+
+def test_a_trace_rendered_otherwise_than_render_asks_is_refused(tmp_path, capsys):
+    from eval import bench_policies
+    from eval.traces.format import TraceCall, write_trace
+
+    trace = tmp_path / "t.jsonl"
+    write_trace([TraceCall("q1", 0, [1, 2], [3], None, meta={"render": "preserve"})], trace)
+    assert bench_policies.trace_rendering(trace, None) == bench_policies.trace_rendering(trace, "preserve") == "preserve"
+    with pytest.raises(SystemExit) as info:
+        bench_policies.main(["--out", str(tmp_path / "o"), "--trace", str(trace), "--render", "default"])
+    assert info.value.code == 2
+    assert f"--render default: {trace} was rendered 'preserve'" in capsys.readouterr().err

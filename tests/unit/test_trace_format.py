@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from eval.traces.format import TraceCall, TraceError, by_conversation, parse_line, read_trace, write_trace
+from eval.traces.format import (TraceCall, TraceError, by_conversation, parse_line, read_trace, trace_render,
+                                write_trace)
 
 GOOD = {"conversation": "q1", "turn": 0, "prompt_ids": [1, 2, 3], "completion_ids": [4], "cache_salt": None}
 
@@ -38,6 +39,7 @@ def line(**changes) -> str:
     (line(messages={}), "messages must be a list"),
     (line(meta=[]), "meta must be a dict"),
     (line(kind=3), "kind must be a str"),
+    (line(meta={"render": "keep"}), "meta.render must be one of default, preserve"),
 ])
 def test_bad_lines_name_the_place_and_the_problem(text, message):
     with pytest.raises(TraceError) as info:
@@ -64,3 +66,25 @@ def test_round_trip_and_grouping(tmp_path):
     assert [c.turn for c in by_conversation(calls)["q1"]] == [0, 1]
     assert calls[2].rid("bench") == "bench.q1.1"
     assert "messages" not in path.read_text().splitlines()[0]  # optional fields left out when empty
+
+
+def test_a_file_has_one_rendering(tmp_path):
+    """meta.render (eval/render.py) is the same on every line: one run, one rendering."""
+    path = tmp_path / "t.jsonl"
+    path.write_text(line(meta={"render": "preserve"}) + "\n" + line(turn=1, meta={"render": "default"}) + "\n")
+    with pytest.raises(TraceError, match=r"t\.jsonl:2: meta.render 'default', earlier lines say 'preserve'"):
+        read_trace(path)
+    path.write_text(line(meta={"render": "preserve"}) + "\n" + line(turn=1) + "\n")
+    assert trace_render(read_trace(path)) == "preserve"
+
+
+def test_trace_render_falls_back_to_the_chat_template_kwargs_then_default():
+    def calls(**fields):
+        return [TraceCall("q1", 0, [1], [2], None, **fields)]
+
+    assert trace_render(calls(meta={"render": "preserve"})) == "preserve"
+    assert trace_render(calls(chat_template_kwargs={"enable_thinking": True, "preserve_thinking": True})) == "preserve"
+    assert trace_render(calls(chat_template_kwargs={"enable_thinking": False})) == "default"
+    assert trace_render(calls()) == "default" and trace_render([]) == "default"
+    with pytest.raises(TraceError, match="mixes renderings"):
+        trace_render(calls(meta={"render": "preserve"}) + calls(meta={"render": "default"}))

@@ -32,9 +32,9 @@ def tokenizer():
     return synth.load_tokenizer("tiny")
 
 
-def small_run(tokenizer, seed: int, with_messages: bool = False) -> synth.Synthesis:
+def small_run(tokenizer, seed: int, with_messages: bool = False, render: str = "default") -> synth.Synthesis:
     return synth.synthesize(tokenizer, 3, seed, params=SMALL_PARAMS, corpus_params=SMALL_CORPUS,
-                            config=load_config(overrides=SMALL_CONFIG), with_messages=with_messages)
+                            config=synth.rendered_config(render, SMALL_CONFIG), with_messages=with_messages)
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +77,8 @@ def test_every_line_parses_with_the_trace_format_in_turn_order(run0, tmp_path):
         turns = [c.turn for c in calls if c.conversation == qid]
         assert turns == list(range(len(record["rids"])))
     assert all(c.cache_salt is None and c.kind in ("search", "get_document", "edit", "submit") for c in calls)
-    assert all(set(c.meta) == {"nudged", "rolled_back", "edited_from_turn"} for c in calls)
+    assert all(set(c.meta) == {"nudged", "rolled_back", "edited_from_turn", "render"} for c in calls)
+    assert {c.meta["render"] for c in calls} == {"default"} and synth.summarize(run0)["render"] == "default"
 
 
 def test_messages_are_left_out_unless_asked(tokenizer):
@@ -123,6 +124,36 @@ def test_a_user_note_strips_earlier_reasoning(run0, tokenizer):
             seen += 1
         previous[call.conversation] = call
     assert seen > 0
+
+
+def reasoning_after_a_note(run) -> list[tuple[str, list[int]]]:
+    """(the previous call's reasoning, this prompt) for every call that follows a harness note
+    (a user turn) with no edit or rollback in between: where the default rendering strips."""
+    previous, pairs = {}, []
+    for call in run.calls:
+        last = previous.get(call.conversation)
+        if last is not None and call.meta["nudged"] and call.meta["edited_from_turn"] is None \
+                and not call.meta["rolled_back"]:
+            pairs.append((last, call))
+        previous[call.conversation] = call
+    return pairs
+
+
+def test_the_preserve_rendering_keeps_earlier_reasoning_and_only_grows(tokenizer, run0):
+    """--render preserve (preserve_thinking=true): after a harness note the previous call's
+    reasoning is still in the prompt, which starts with the previous prompt + completion; the
+    default rendering of the same seed strips it and rewrites the middle of the prompt."""
+    preserved = small_run(tokenizer, 0, render="preserve")
+    assert {c.meta["render"] for c in preserved.calls} == {"preserve"}
+    assert synth.summarize(preserved)["render"] == "preserve" and preserved.render == "preserve"
+    for run, kept in ((preserved, True), (run0, False)):
+        pairs = reasoning_after_a_note(run)
+        assert len(pairs) >= 3
+        for last, call in pairs:
+            reasoning = tokenizer.decode(last.completion_ids).split("</think>")[0].strip()
+            assert reasoning and (reasoning in tokenizer.decode(call.prompt_ids)) is kept
+            sequence = last.prompt_ids + last.completion_ids
+            assert (call.prompt_ids[:len(sequence)] == sequence) is kept
 
 
 # ---- rendering
@@ -287,6 +318,21 @@ def test_cli_dispatches_synth(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(synth, "main", lambda args: seen.update(vars(args)) or 0)
     assert cli.main(["synth", "--out", str(tmp_path / "t.jsonl"), "--questions", "2", "--seed", "3"]) == 0
     assert seen["questions"] == 2 and seen["seed"] == 3 and seen["with_messages"] is False
+    assert seen["render"] == "default"
+
+
+def test_synth_cli_records_the_rendering_in_the_trace_and_its_stats(tmp_path, capsys):
+    from eval.traces import __main__ as cli
+
+    out = tmp_path / "t.jsonl"
+    assert cli.main(["synth", "--out", str(out), "--questions", "1", "--small", "--tokenizer", "tiny",
+                     "--render", "preserve"]) == 0
+    calls = read_trace(out)
+    assert calls and {c.meta["render"] for c in calls} == {"preserve"}
+    assert json.loads((tmp_path / "t.jsonl.stats.json").read_text())["render"] == "preserve"
+    assert "render: preserve" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        cli.main(["synth", "--out", str(out), "--render", "keep"])
 
 
 def test_english_questions_keep_their_topic_terms_findable():
