@@ -6,7 +6,7 @@ from typing import ClassVar
 
 from exact_cache.config import ExactConfig
 from exact_cache.invariance import invariance_problems
-from exact_cache.rules import keep_points, pieces, resume_bound, resume_point
+from exact_cache.rules import bound_in, keep_points_in, pieces_in, resume_point
 from policy.api import Arrival, Extend, Plan, PolicyDefaults, Release, Snapshot
 
 
@@ -16,17 +16,22 @@ class ExactPolicy(PolicyDefaults):
 
     def __init__(self, config: ExactConfig):
         self.config = config
+        self.rule = config.cut_rule() if not config.needs_token_lookup else None
 
     def plan(self, arrival: Arrival) -> Plan:
-        """Resume at the deepest snapshot at or below A, then read piece by piece, snapshotting
-        after each piece that ends at a keep point."""
+        """Resume at the deepest snapshot at or below A that is one of this prompt's cuts, then read
+        piece by piece, snapshotting after each piece that ends at a keep point."""
         cfg = self.config
-        prompt_len = len(arrival.tokens)
-        bound = resume_bound(arrival.tree_match, prompt_len, cfg.piece_tokens, cfg.spec_drop)
-        resume = resume_point(bound, arrival.tree_states)
-        keep = keep_points(prompt_len, resume, bound, cfg.piece_tokens, cfg.retain_every, cfg.spec_drop)
+        rule = self.rule or cfg.cut_rule()  # raises while the message token is unresolved
+        tokens = arrival.tokens
+        prompt_len = len(tokens)
+        cut_list = rule.cuts(tokens)
+        bound = bound_in(cut_list, arrival.tree_match, prompt_len, cfg.spec_drop)
+        resume = resume_point(bound, arrival.tree_states, cut_list)
+        keep = keep_points_in(cut_list, prompt_len, resume, bound, cfg.retain_every, cfg.spec_drop,
+                              rule.message_starts(tokens, cut_list), cfg.message_keeps)
         steps: list = []
-        for start, end in pieces(resume, prompt_len, cfg.piece_tokens):
+        for start, end in pieces_in(cut_list, resume, prompt_len):
             steps.append(Extend(start, end))
             if end in keep:
                 steps.append(Snapshot(end, keep[end].value))
@@ -57,6 +62,10 @@ class ExactPolicy(PolicyDefaults):
     def snapshot_budget(self) -> int:
         """``max_snapshots``: the snapshot budget in Mamba-pool slots (0: SGLang's pool sizing)."""
         return self.config.max_snapshots
+
+    def token_lookups(self) -> dict[str, str]:
+        """cut=messages: the id of ``message_token`` in the served tokenizer (never a constant)."""
+        return {"message_token_id": self.config.message_token} if self.config.needs_token_lookup else {}
 
     def release(self, release: Release) -> None:
         return None

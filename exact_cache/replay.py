@@ -2,26 +2,40 @@
 
 A model of the server's tree, independent of SGLang: for each served prompt P it holds
   * KV for ``P[0:d]`` where d is P's deepest keep point (the server inserts at keep points only;
-    that is ``[0, floor(|P|/B)·B)`` unless |P| is a multiple of B, whose last piece has no snapshot);
+    under the grid rule that is ``[0, floor(|P|/B)·B)`` unless |P| is a multiple of B, whose last
+    piece has no snapshot);
   * a recurrent-state snapshot at each keep point of P's read.
-The server's per-request reused length (``cached_tokens``, events) must equal it.
+The server's per-request reused length (``cached_tokens``, events) must equal it. Both cut rules
+(``exact_cache.rules.CutRule``): build the tree with ``ReplayTree.for_config`` or pass
+``message_token`` (None: the grid).
 """
 
 from __future__ import annotations
 
 from typing import Sequence
 
-from exact_cache.rules import keep_points, resume_bound, resume_point
+from exact_cache.rules import CutRule, bound_in, keep_points_in, resume_point
 from policy.tokens import common_prefix_len
 
 
 class ReplayTree:
     """Cached texts and snapshots as plain token tuples (small inputs: tests and traces)."""
 
-    def __init__(self, piece: int, retain_every: int, spec_drop: int = 0):
+    def __init__(self, piece: int, retain_every: int, spec_drop: int = 0, *, message_token: int | None = None,
+                 min_piece: int = 1, message_keeps: int = 0):
+        self.rule = CutRule(piece, message_token, min_piece)
         self.piece, self.retain_every, self.spec_drop = piece, retain_every, spec_drop
+        self.message_keeps = message_keeps
         self.texts: list[tuple[int, ...]] = []  # KV held: each a prefix of a served prompt
         self.snapshots: set[tuple[int, ...]] = set()  # the token prefix before each snapshot
+        self.pieces: list[list[tuple[int, int]]] = []  # per served prompt: the forwards its read ran
+
+    @classmethod
+    def for_config(cls, config) -> "ReplayTree":
+        """The tree an ``ExactConfig`` builds (its message token id must be resolved)."""
+        rule = config.cut_rule()
+        return cls(config.piece_tokens, config.retain_every, config.spec_drop, message_token=rule.message_token,
+                   min_piece=rule.min_piece, message_keeps=config.message_keeps)
 
     def serve(self, prompt: Sequence[int], cap: int | None = None) -> tuple[int, dict]:
         """Serve one prompt: returns (c*, keep points) and records what the read leaves behind.
@@ -31,23 +45,36 @@ class ReplayTree:
         prompt = tuple(prompt)
         head = prompt[: len(prompt) - 1 if cap is None else min(cap, len(prompt) - 1)]
         matched = max((common_prefix_len(head, text) for text in self.texts), default=0)
-        bound = resume_bound(matched, len(prompt), self.piece, self.spec_drop)
-        depths = [d for d in range(self.piece, bound + 1, self.piece) if prompt[:d] in self.snapshots]
-        resume = resume_point(bound, depths)
-        keep = keep_points(len(prompt), resume, bound, self.piece, self.retain_every, self.spec_drop)
+        cut_list = self.rule.cuts(prompt)
+        bound = bound_in(cut_list, matched, len(prompt), self.spec_drop)
+        depths = [d for d in cut_list if d <= bound and prompt[:d] in self.snapshots]
+        resume = resume_point(bound, depths, cut_list)
+        keep = keep_points_in(cut_list, len(prompt), resume, bound, self.retain_every, self.spec_drop,
+                              self.rule.message_starts(prompt, cut_list), self.message_keeps)
         for depth in keep:
             self.snapshots.add(prompt[:depth])
         if keep:
             self.texts.append(prompt[: max(keep)])
+        bounds = [resume] + [c for c in cut_list if c > resume] + [len(prompt)]
+        self.pieces.append(list(zip(bounds, bounds[1:])))
         return resume, keep
 
 
 def replay(prompts: Sequence[Sequence[int]], *, piece: int, retain_every: int, spec_drop: int = 0,
-           caps: Sequence[int | None] | None = None) -> list[int]:
+           caps: Sequence[int | None] | None = None, message_token: int | None = None, min_piece: int = 1,
+           message_keeps: int = 0) -> list[int]:
     """Serve ``prompts`` in order (no eviction) and return the resume point c* of each.
 
-    ``caps``: per prompt, the prefix-match cap SGLang applied (events' ``match_cap``; None: none)."""
-    tree = ReplayTree(piece, retain_every, spec_drop)
+    ``caps``: per prompt, the prefix-match cap SGLang applied (events' ``match_cap``; None: none).
+    ``message_token`` etc.: the message cut rule (``ExactConfig`` keys of the same names)."""
+    tree = ReplayTree(piece, retain_every, spec_drop, message_token=message_token, min_piece=min_piece,
+                      message_keeps=message_keeps)
+    return replay_tree(tree, prompts, caps)
+
+
+def replay_tree(tree: ReplayTree, prompts: Sequence[Sequence[int]],
+                caps: Sequence[int | None] | None = None) -> list[int]:
+    """Serve ``prompts`` through ``tree`` in order; the resume point of each."""
     caps = list(caps) if caps is not None else [None] * len(prompts)
     if len(caps) != len(prompts):
         raise ValueError(f"{len(caps)} caps for {len(prompts)} prompts")

@@ -1,16 +1,30 @@
-"""The exact cache's rules as functions of token counts (``docs/exact.md`` §1, §5.4).
+"""The exact cache's rules as functions of token counts (``docs/exact.md`` §1, §5.3, §5.4).
 
 B = piece size, R = retention interval (a multiple of B), S = spec drop (0 or 1).
-Positions are absolute token offsets; ranges are half-open::
+Positions are absolute token offsets; ranges are half-open. A prompt's *cuts* are its piece
+boundaries strictly inside it, never at its end (a longer prompt would not cut there)::
 
-    prompt  |0      B      2B      3B  ...      kB      |P|
-             [piece)[piece )[piece )  ...  [tail piece )
-    cuts = {jB : 0 < jB < |P|}   (anchored at 0, never at |P|)
+    grid      |0      B      2B      3B  ...      kB      |P|
+               [piece)[piece )[piece )  ...  [tail piece )
+              cuts = {jB : 0 < jB < |P|}
+
+    messages  |0   <m1 ...    |<m2 ...  |<m3 ..   +B    |<m4 ...    |P|
+               [piece         )[piece   )[piece   )[    )[tail piece )
+              a cut at each message start p (P[p] = <|im_start|>) whose piece since the last
+              cut holds at least ``min_piece`` tokens, and B tokens after the last cut
+
+Both rules are causal: whether c is a cut depends on ``P[0 : c+1]`` only, so two prompts that
+share ``[0, d)`` cut ``[0, d)`` alike, and a cold read and a resumed read of a prompt run the same
+pieces (docs/exact.md §2.1, restated for variable pieces in §5.3). The functions that take a
+cut list (``*_in``) serve both rules; those taking ``piece`` are the grid rule's shorthands.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass
 from enum import Enum
+from typing import Sequence
 
 
 class KeepKind(str, Enum):
@@ -19,46 +33,140 @@ class KeepKind(str, Enum):
     JUNCTION = "junction"
     PROMPT_END_BACK = "prompt_end_back"
     JUNCTION_BACK = "junction_back"
+    MESSAGE = "message"
+
+
+@dataclass(frozen=True)
+class CutRule:
+    """Where a prompt's pieces end: the B grid (``message_token`` None) or message starts.
+
+    ``message_token``: the id of the token that opens a message (``<|im_start|>``, from the
+    tokenizer). ``min_piece``: a message start is a cut only when the piece it ends holds at least
+    this many tokens, so a short message is read with the one after it (a 10-token nudge does not
+    make a 10-token forward); the start of a message that follows one at least this long is always
+    a cut. Between cuts, B bounds every piece.
+    """
+
+    piece: int
+    message_token: int | None = None
+    min_piece: int = 1
+
+    def __post_init__(self):
+        if self.piece <= 0:
+            raise ValueError(f"piece={self.piece}: must be positive")
+        if not 1 <= self.min_piece <= self.piece:
+            raise ValueError(f"min_piece={self.min_piece}: must be in [1, piece={self.piece}]")
+
+    def cuts(self, tokens: Sequence[int]) -> list[int]:
+        """The prompt's cuts, ascending."""
+        if self.message_token is None:
+            return cuts(len(tokens), self.piece)
+        return message_cuts(tokens, self.piece, self.message_token, self.min_piece)
+
+    def message_starts(self, tokens: Sequence[int], found: Sequence[int]) -> list[int]:
+        """Those of the cuts ``found`` that are message starts (none under the grid rule)."""
+        if self.message_token is None:
+            return []
+        return [c for c in found if tokens[c] == self.message_token]
 
 
 def cuts(prompt_len: int, piece: int) -> list[int]:
-    """Piece boundaries strictly inside the prompt."""
+    """The grid rule: piece boundaries strictly inside the prompt."""
     return list(range(piece, prompt_len, piece))
 
 
+def message_cuts(tokens: Sequence[int], piece: int, message_token: int, min_piece: int) -> list[int]:
+    """The message rule: a cut at p when ``tokens[p]`` opens a message and ``p - last >= min_piece``,
+    or when ``p - last == piece`` (``last``: the previous cut, 0 at first)."""
+    found: list[int] = []
+    last = 0
+    starts = [p for p, token in enumerate(tokens) if token == message_token and p > 0]
+    for position in starts + [len(tokens)]:
+        while last + piece < position:  # B-grid cuts after the last cut, before this start
+            last += piece
+            found.append(last)
+        if position < len(tokens) and position - last >= min_piece:
+            found.append(position)
+            last = position
+    return found
+
+
 def floor_cut(position: int, piece: int) -> int:
-    """The largest cut at or below ``position`` (0 when there is none)."""
+    """The largest grid cut at or below ``position`` (0 when there is none)."""
     return max(0, position) // piece * piece
 
 
+def floor_in(cut_list: Sequence[int], position: int) -> int:
+    """The largest cut of ``cut_list`` (ascending) at or below ``position`` (0 when there is none)."""
+    index = bisect_right(cut_list, position)
+    return cut_list[index - 1] if index else 0
+
+
+def cut_before(cut_list: Sequence[int], position: int) -> int:
+    """The largest cut strictly below ``position`` (0 when there is none): one piece back."""
+    index = bisect_left(cut_list, position)
+    return cut_list[index - 1] if index else 0
+
+
 def pieces(start: int, prompt_len: int, piece: int) -> list[tuple[int, int]]:
-    """The forwards that read ``[start, prompt_len)``: one per piece, the last one the tail."""
+    """The grid rule's forwards that read ``[start, prompt_len)``."""
     if start % piece:
         raise ValueError(f"a read starts at 0 or at a cut, not at {start} (piece {piece})")
-    return [(a, min(a + piece, prompt_len)) for a in range(start, prompt_len, piece)]
+    return pieces_in(cuts(prompt_len, piece), start, prompt_len)
+
+
+def pieces_in(cut_list: Sequence[int], start: int, prompt_len: int) -> list[tuple[int, int]]:
+    """The forwards that read ``[start, prompt_len)``: one per piece, the last one the tail."""
+    if start and start not in cut_list and start != prompt_len:
+        raise ValueError(f"a read starts at 0 or at a cut, not at {start}")
+    bounds = [start] + [c for c in cut_list if start < c < prompt_len] + [prompt_len]
+    return [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
 
 
 def resume_bound(matched: int, prompt_len: int, piece: int, spec_drop: int) -> int:
-    """A: the largest cut <= min(matched, |P| - 1), minus S pieces (never below 0).
+    """A under the grid rule (``bound_in`` with the grid's cuts)."""
+    return bound_in(cuts(prompt_len, piece), matched, prompt_len, spec_drop)
+
+
+def bound_in(cut_list: Sequence[int], matched: int, prompt_len: int, spec_drop: int) -> int:
+    """A: the largest cut <= min(matched, |P| - 1), one piece lower with S = 1 (never below 0).
 
     At least one prompt token is always read (the last one makes the logits).
     """
-    return max(0, floor_cut(min(matched, prompt_len - 1), piece) - spec_drop * piece)
+    bound = floor_in(cut_list, min(matched, prompt_len - 1))
+    return cut_before(cut_list, bound) if spec_drop and bound else bound
 
 
-def resume_point(bound: int, snapshot_depths) -> int:
-    """c*: the deepest snapshot on the prompt's path at or below ``bound`` (0 if none)."""
-    return max((d for d in snapshot_depths if 0 < d <= bound), default=0)
+def resume_point(bound: int, snapshot_depths, cut_list: Sequence[int] | None = None) -> int:
+    """c*: the deepest snapshot on the prompt's path at or below ``bound`` (0 if none).
+
+    ``cut_list``: only depths that are cuts of *this* prompt count. A snapshot at d was taken where
+    an earlier prompt cut, and this prompt shares ``[0, d)`` with it; under the message rule the
+    token at d decides whether d is also this prompt's cut (under the grid rule it always is)."""
+    allowed = None if cut_list is None else set(cut_list)
+    return max((d for d in snapshot_depths if 0 < d <= bound and (allowed is None or d in allowed)), default=0)
 
 
 def keep_points(
     prompt_len: int, resume: int, bound: int, piece: int, retain_every: int, spec_drop: int
 ) -> dict[int, KeepKind]:
+    """Keep points under the grid rule (``keep_points_in`` with the grid's cuts)."""
+    return keep_points_in(cuts(prompt_len, piece), prompt_len, resume, bound, retain_every, spec_drop)
+
+
+def keep_points_in(
+    cut_list: Sequence[int], prompt_len: int, resume: int, bound: int, retain_every: int, spec_drop: int,
+    message_starts: Sequence[int] = (), message_keeps: int = 0,
+) -> dict[int, KeepKind]:
     """Where this read snapshots its recurrent state: position -> kind, only positions > resume.
 
-    * every multiple of R below |P| (periodic);
-    * e = the largest cut <= |P| - 1 (prompt end), and e - B with S = 1;
-    * J = A when A > c* (junction: P leaves cached text that had no snapshot), and J - B with S = 1.
+    * the first cut at or above each multiple of R below |P| (periodic; under the grid rule the
+      multiple itself);
+    * e = the largest cut (prompt end), and the cut before it with S = 1;
+    * J = A when A > c* (junction: P leaves cached text that had no snapshot), and the cut before
+      it with S = 1;
+    * the message starts among the cuts above c*, all of them or (``message_keeps`` > 0) the
+      deepest ``message_keeps``: edits land near the end, so the most recent are kept first.
     A position with several kinds takes the first in ``KeepKind`` order.
     """
     found: dict[int, KeepKind] = {}
@@ -67,16 +175,21 @@ def keep_points(
         if position > resume and position not in found:
             found[position] = kind
 
-    for position in range(retain_every, prompt_len, retain_every):
-        add(position, KeepKind.PERIODIC)
-    end = floor_cut(prompt_len - 1, piece)
+    for multiple in range(retain_every, prompt_len, retain_every):
+        index = bisect_left(cut_list, multiple)
+        if index < len(cut_list):
+            add(cut_list[index], KeepKind.PERIODIC)
+    end = cut_list[-1] if cut_list else 0
     junction = bound if bound > resume else 0
     add(end, KeepKind.PROMPT_END)
     add(junction, KeepKind.JUNCTION)
     if spec_drop:
-        add(end - piece, KeepKind.PROMPT_END_BACK)
+        add(cut_before(cut_list, end) if end else 0, KeepKind.PROMPT_END_BACK)
         if junction:
-            add(junction - piece, KeepKind.JUNCTION_BACK)
+            add(cut_before(cut_list, junction), KeepKind.JUNCTION_BACK)
+    fresh = [p for p in message_starts if p > resume]
+    for position in fresh[-message_keeps:] if message_keeps else fresh:
+        add(position, KeepKind.MESSAGE)
     return dict(sorted(found.items()))
 
 

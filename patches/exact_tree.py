@@ -16,6 +16,7 @@ checked against the plan's pieces (``PolicyExecutor.piece_done``).
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 
 import torch
 from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
@@ -122,23 +123,54 @@ def same_on_every_rank(rid: str, end: int, kind: str | None) -> None:
 
 
 def whole_piece_budget(original, adder, req):
-    """AROUND ``PrefillAdder.add_chunked_req``: a continuation forward covers the plan's whole next piece.
+    """AROUND ``PrefillAdder.add_chunked_req``: a continuation forward covers exactly the plan's next piece.
 
-    SGLang cuts a chunked request's next forward at ``min(chunk budget, free tokens)``; with
-    ``--chunked-prefill-size B`` only a short free-token count can cut a piece off the grid, which
-    would change the arithmetic of every later forward. Stock code already over-commits the
+    SGLang cuts a chunked request's next forward at ``min(chunk budget, free tokens)``. The chunk
+    budget is narrowed to the piece (under cut=messages a piece may be shorter than B), and a
+    short free-token count must not cut the piece either: stock code already over-commits the
     budget when free tokens reach 0 (it must schedule the chunked request); this extends that to
     a short budget, by the shortfall, for this one call.
     """
     executor = ExactRadixCache.executor
-    shortfall = piece_shortfall(executor.next_piece_len(req) if executor else None, int(adder.rem_total_tokens))
-    if not shortfall:
-        return original(adder, req)
+    piece = executor.next_piece_len(req) if executor else None
+    shortfall = piece_shortfall(piece, int(adder.rem_total_tokens))
     adder.rem_total_token_offset -= shortfall
     try:
-        return original(adder, req)
+        with chunk_budget(adder, piece):
+            return original(adder, req)
     finally:
         adder.rem_total_token_offset += shortfall
+
+
+def planned_first_piece(original, adder, req, *args, **kwargs):
+    """AROUND ``PrefillAdder.add_one_req``: a new request's first forward is the plan's first piece.
+
+    The chunk budget is narrowed to that piece, so SGLang either reads the whole rest (the tail
+    piece) or truncates exactly at the next cut; when the step's budget cannot hold the piece,
+    the request waits (a piece is never shortened, docs/exact.md §1.5)."""
+    executor = ExactRadixCache.executor
+    piece = executor.next_piece_len(req) if executor else None
+    if piece is not None and adder.rem_chunk_tokens is not None and adder.rem_chunk_tokens < piece:
+        from sglang.srt.managers.schedule_policy import AddReqResult
+
+        return AddReqResult.OTHER
+    with chunk_budget(adder, piece):
+        return original(adder, req, *args, **kwargs)
+
+
+@contextmanager
+def chunk_budget(adder, piece: int | None):
+    """Within the block the adder's chunk budget is ``piece`` tokens; after it, the budget it had,
+    less what the block used."""
+    saved = adder.rem_chunk_tokens
+    if piece is None or saved is None:
+        yield
+        return
+    adder.rem_chunk_tokens = piece
+    try:
+        yield
+    finally:
+        adder.rem_chunk_tokens = saved - (piece - adder.rem_chunk_tokens)
 
 
 def exact_cache_factory(ctx):
@@ -159,10 +191,9 @@ def attach(scheduler, executor, spec) -> None:
         raise fail(f"policy {spec.policy} needs --radix-cache-backend exact, "
                    f"the scheduler built {type(scheduler.tree_cache).__name__}")
     ExactRadixCache.executor = executor
-    # New requests: SGLang rounds a first forward that does not take the rest of the prompt down
-    # to this size and waits when the budget is smaller; c* is a multiple of B, so the forward
-    # ends on the piece grid.
-    scheduler.truncation_align_size = spec.config["piece_tokens"]
+    # Every forward's length comes from the plan (``planned_first_piece``, ``whole_piece_budget``),
+    # so SGLang must not round a first forward to another grid (deterministic mode sets one).
+    scheduler.truncation_align_size = None
 
 
 def register_backend() -> None:

@@ -9,6 +9,7 @@ message listing what is valid.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import sys
@@ -35,12 +36,31 @@ def parse(argv: list[str]) -> tuple[registry.PolicySpec, list[str]]:
         events = os.path.abspath(args.cache_events) if args.cache_events else None
         spec = registry.PolicySpec.resolve(args.cache_policy, args.cache_policy_set, events)
         policy = spec.build()
+        looked_up = resolve_token_settings(policy.token_lookups(), rest)
+        if looked_up:
+            spec = dataclasses.replace(spec, config={**spec.config, **looked_up})
+            policy = spec.build()
         settings = {**policy.server_settings(), **snapshot_settings(policy.snapshot_budget(), rest)}
         rest = apply_server_settings(spec.policy, settings, rest)
         rest = add_server_defaults(policy.server_defaults(), rest)
     except (registry.PolicyError, LaunchError) as exc:
         parser.error(str(exc))
     return spec, rest
+
+
+def resolve_token_settings(lookups: dict[str, str], argv: list[str]) -> dict[str, int]:
+    """``launch_args.token_ids`` with the tokenizer the command line serves (loaded only when a
+    policy setting names a token)."""
+    if not lookups:
+        return {}
+    from transformers import AutoTokenizer
+
+    path = launch_args.tokenizer_path(argv)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code="--trust-remote-code" in argv)
+    except (OSError, ValueError) as exc:
+        raise LaunchError(f"cannot load the tokenizer at {path} to look up {sorted(lookups)}: {exc}") from None
+    return launch_args.token_ids(lookups, tokenizer)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -17,12 +17,13 @@ def install_plain(register, spec) -> None:
 
 
 def install_exact(register, spec) -> None:
-    """The exact tree backend, whole-piece chunk budgets and, on CPU, batch-invariant decode."""
+    """The exact tree backend, chunk budgets of exactly the planned piece and, on CPU, batch-invariant decode."""
     from patches.cpu import platform as cpu_platform
-    from patches.exact_tree import register_backend, whole_piece_budget
+    from patches.exact_tree import planned_first_piece, register_backend, whole_piece_budget
 
     register_backend()
     register(plugin.ADD_CHUNKED_REQ, whole_piece_budget, "around")
+    register(plugin.ADD_ONE_REQ, planned_first_piece, "around")
     if not cpu_platform.cuda_available():
         # A decode batch must not change a row's bits (GPU: --enable-deterministic-inference).
         from patches import row_invariance

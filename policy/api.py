@@ -96,7 +96,7 @@ class Release:
 class CachePolicy(Protocol):
     """What ``patches/`` calls. New needs become fields or step kinds, not methods.
 
-    The last four members are optional for a policy: ``PolicyDefaults`` gives them their
+    The last five members are optional for a policy: ``PolicyDefaults`` gives them their
     defaults, so a policy inherits it and the launcher calls them without probing."""
 
     name: ClassVar[str]
@@ -117,6 +117,8 @@ class CachePolicy(Protocol):
     def startup_problems(self, settings: Mapping[str, object], env: Mapping[str, str], on_cuda: bool) -> list[str]: ...
 
     def snapshot_budget(self) -> int: ...
+
+    def token_lookups(self) -> dict[str, str]: ...
 
 
 class PolicyDefaults:
@@ -141,3 +143,8 @@ class PolicyDefaults:
         """Recurrent-state snapshots the policy keeps in SGLang's Mamba pool; the launcher sizes
         the pool as this plus one working slot per running request. 0 leaves SGLang's sizing."""
         return 0
+
+    def token_lookups(self) -> dict[str, str]:
+        """Config fields that hold a token id the launcher must look up in the served tokenizer:
+        field -> token text. The launcher sets each field before the servers start. Default: none."""
+        return {}

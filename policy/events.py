@@ -36,7 +36,9 @@ aborted), written by the scheduler of attention-TP rank 0 only.
 | queued_ts      | float       | unix time the policy first saw the request                           |
 | finished_ts    | float       | unix time it left the scheduler                                      |
 | snapshots      | list        | ``[position, kind]`` of each recurrent-state snapshot this read kept  |
-|                |             | (``exact``: periodic, prompt_end, junction, *_back); [] otherwise     |
+|                |             | (``exact``: periodic, prompt_end, junction, *_back, message); [] else |
+| pieces         | list        | ``[start, end]`` of each prefill forward this read ran, so the cuts   |
+|                |             | it read at (``exact``); [] for policies that do not track forwards    |
 | forwards_off_plan | int      | prefill forwards that were not the plan's next piece (must be 0)     |
 | blocks         | int         | blocks of relocated rows spliced into the prompt (``scr``; else 0)    |
 | fallback       | str / null  | why a policy step fell back to a plain read (``scr``: the step and    |
@@ -77,6 +79,7 @@ class RequestEvent:
     finished_ts: float
     snapshots: list = field(default_factory=list)  # [[position, kind], ...] kept by this read
     forwards_off_plan: int = 0  # prefill forwards that were not the plan's next piece
+    pieces: list = field(default_factory=list)  # [[start, end], ...] of the prefill forwards read (exact)
     blocks: int = 0  # blocks of relocated rows spliced into the prompt (scr; 0 for other policies)
     fallback: str | None = None  # why a policy step fell back to a plain read (null when none did)
     retractions: int = 0  # times the request was retracted or preempted and read again

@@ -164,3 +164,30 @@ def resolved_setting_problems(settings: dict, resolved: dict) -> list[str]:
     config files, so the launcher compares with what SGLang actually resolved."""
     return [f"needs {flag(field)} {value}, SGLang resolved {resolved.get(field)!r}"
             for field, value in settings.items() if resolved.get(field) != value]
+
+
+def tokenizer_path(argv: list[str]) -> str:
+    """The tokenizer SGLang will serve: ``--tokenizer-path``, else ``--model-path``."""
+    for name in ("--tokenizer-path", "--model-path", "--model"):
+        present, value = given(argv, name)
+        if present and value:
+            return value
+    raise LaunchError("a policy setting names a token, but the command line gives no --model-path or --tokenizer-path")
+
+
+def token_ids(lookups: dict[str, str], tokenizer) -> dict[str, int]:
+    """Each config field of ``lookups`` (field -> token text) as the id ``tokenizer`` gives that token.
+
+    A text that is not one token of the vocabulary is an error (an id found by splitting it into
+    pieces would cut at the wrong place). ``tokenizer``: anything with ``convert_tokens_to_ids``,
+    ``convert_ids_to_tokens`` and ``unk_token_id`` (a Hugging Face tokenizer)."""
+    found = {}
+    for field, text in lookups.items():
+        token_id = tokenizer.convert_tokens_to_ids(text)
+        if (not isinstance(token_id, int) or token_id == tokenizer.unk_token_id
+                or tokenizer.convert_ids_to_tokens(token_id) != text):
+            raise LaunchError(f"{field}: the served tokenizer has no token {text!r}; "
+                              f"set {field.removesuffix('_id')} to a token it has, or {field} to an id")
+        found[field] = token_id
+    return found
+

@@ -37,6 +37,7 @@ class TrackedRequest:
     read_until: int = 0  # end of the last prefill forward seen
     forwards_off_plan: int = 0
     snapshots: list = field(default_factory=list)  # [position, kind] written into the tree
+    pieces: list = field(default_factory=list)  # [start, end] of each prefill forward seen
     fallback: str | None = None  # why a policy step failed (the event's ``fallback``)
     match_cap: int | None = None  # SGLang limited the prefix match to this many tokens
 
@@ -51,6 +52,7 @@ class TrackedRequest:
             return None
         expected = next((f for f in self.plan.forwards() if f[0] == self.read_until), None)
         start, self.read_until = self.read_until, end
+        self.pieces.append([start, end])
         if expected != (start, end):
             self.forwards_off_plan += 1
             return Forward(start, end, expected, None)
@@ -146,10 +148,10 @@ def event_fields(tracked: TrackedRequest | None, match_cap: int | None) -> dict:
     """The ``RequestEvent`` fields the executor's bookkeeping supplies (``match_cap``: SGLang's, for
     a request that was never tracked)."""
     if tracked is None:
-        return dict(plan_resume=None, queued_ts=time.time(), snapshots=[], forwards_off_plan=0, fallback=None,
-                    match_cap=match_cap)
+        return dict(plan_resume=None, queued_ts=time.time(), snapshots=[], forwards_off_plan=0, pieces=[],
+                    fallback=None, match_cap=match_cap)
     return dict(plan_resume=tracked.plan.resume if tracked.plan else None, queued_ts=tracked.queued_ts,
-                snapshots=tracked.snapshots, forwards_off_plan=tracked.forwards_off_plan,
+                snapshots=tracked.snapshots, forwards_off_plan=tracked.forwards_off_plan, pieces=tracked.pieces,
                 fallback=tracked.fallback, match_cap=tracked.match_cap)
 
 

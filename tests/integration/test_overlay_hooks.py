@@ -170,6 +170,7 @@ def test_hooks_plan_and_release_on_real_cache(children):
         "schema": 1,
         "snapshots": [],
         "forwards_off_plan": 0,
+        "pieces": [],
         "blocks": 0,
         "fallback": None,
         "retractions": 0,

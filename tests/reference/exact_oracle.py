@@ -6,13 +6,18 @@ importing nothing from the repo. Every quantity is found by trying every positio
 arithmetic on the grid, so a rounding or off-by-one shortcut in the product code has nothing here
 to agree with:
 
-* cuts: the positions ``d`` with ``0 < d < |P|`` and ``d % B == 0`` (never the prompt end);
+* cuts: the positions ``d`` with ``0 < d < |P|`` and ``d % B == 0`` (never the prompt end); with
+  the message rule (``message_token`` set), walking d upward: ``d`` is a cut when B tokens passed
+  since the last cut, or ``P[d]`` opens a message and at least ``min_piece`` tokens passed;
 * matched depth ``m``: the longest prefix of ``P[0 : |P|-1]`` (or of ``P[0 : cap]``) that is a
   prefix of some cached text;
 * bound ``A``: the largest cut ``<= m`` (0 if none), one piece lower when ``S = 1``, never below 0;
-* resume point ``c*``: the deepest ``d <= A`` whose prefix ``P[0:d]`` holds a snapshot (0 if none);
-* keep points: multiples of ``R`` in ``(c*, |P|)``, the prompt end ``e`` (largest cut) and
-  ``e - S*B``, the junction ``J = A`` and ``J - S*B`` when ``A > c*``; only those ``> c*``;
+* resume point ``c*``: the deepest cut ``d <= A`` of P whose prefix ``P[0:d]`` holds a snapshot
+  (0 if none);
+* keep points: for each multiple of ``R`` below |P| the first cut at or above it, the prompt end
+  ``e`` (largest cut) and the cut before it when ``S = 1``, the junction ``J = A`` and the cut
+  before it when ``A > c*`` and ``S = 1``; with the message rule also every cut where a message
+  opens (the deepest ``message_keeps`` of them when that is set); only those ``> c*``;
   each leaves a snapshot of ``P[0:q]`` and the text ``P[0:q]`` cached.
 No eviction: the oracle holds everything, so it is an upper bound under a memory budget.
 """
@@ -21,10 +26,12 @@ from __future__ import annotations
 
 
 class ExactOracle:
-    def __init__(self, piece: int, retain_every: int, spec_drop: int = 0):
+    def __init__(self, piece: int, retain_every: int, spec_drop: int = 0, message_token=None, min_piece: int = 1,
+                 message_keeps: int = 0):
         if spec_drop not in (0, 1):
             raise ValueError("spec_drop is 0 or 1")
         self.piece, self.retain_every, self.spec_drop = piece, retain_every, spec_drop
+        self.message_token, self.min_piece, self.message_keeps = message_token, min_piece, message_keeps
         self.texts: list[tuple] = []
         self.snapshots: set[tuple] = set()
 
@@ -35,20 +42,38 @@ class ExactOracle:
                 best = depth
         return best
 
+    def cuts(self, prompt: tuple) -> list[int]:
+        if self.message_token is None:
+            return [d for d in range(1, len(prompt)) if d % self.piece == 0]
+        found, last = [], 0
+        for d in range(1, len(prompt)):
+            if d - last == self.piece or (prompt[d] == self.message_token and d - last >= self.min_piece):
+                found.append(d)
+                last = d
+        return found
+
     def serve(self, prompt, cap: int | None = None) -> tuple[int, list[int]]:
         """Serve one prompt: ``(c*, keep points)``, and remember what its read leaves behind."""
         prompt = tuple(prompt)
-        n, B, S = len(prompt), self.piece, self.spec_drop
+        n, S = len(prompt), self.spec_drop
         visible = n - 1 if cap is None else min(cap, n - 1)
         m = self.matched(prompt[:visible])
-        cuts = [d for d in range(1, n) if d % B == 0]
+        cuts = self.cuts(prompt)
+
+        def before(d):
+            return max([c for c in cuts if c < d], default=0)
+
         bound = max([c for c in cuts if c <= m], default=0)
-        bound = max(bound - S * B, 0)
-        resume = max([d for d in range(1, bound + 1) if prompt[:d] in self.snapshots], default=0)
+        if S and bound:
+            bound = before(bound)
+        resume = max([d for d in cuts if d <= bound and prompt[:d] in self.snapshots], default=0)
         end = max(cuts, default=0)
-        keep = {d for d in range(1, n) if d % self.retain_every == 0} | {end, end - S * B}
+        keep = {min([c for c in cuts if c >= k], default=0) for k in range(self.retain_every, n, self.retain_every)}
+        keep |= {end} | ({before(end)} if S and end else set())
         if bound > resume:
-            keep |= {bound, bound - S * B}
+            keep |= {bound} | ({before(bound)} if S else set())
+        messages = [c for c in cuts if self.message_token is not None and prompt[c] == self.message_token and c > resume]
+        keep |= set(messages[-self.message_keeps:] if self.message_keeps else messages)
         kept = sorted(d for d in keep if d > resume)
         for depth in kept:
             self.snapshots.add(prompt[:depth])
@@ -56,8 +81,9 @@ class ExactOracle:
         return resume, kept
 
 
-def expected_reuse(prompts, *, piece: int, retain_every: int, spec_drop: int = 0, caps=None) -> list[int]:
+def expected_reuse(prompts, *, piece: int, retain_every: int, spec_drop: int = 0, caps=None, message_token=None,
+                   min_piece: int = 1, message_keeps: int = 0) -> list[int]:
     """The resume point ``c*`` (= the server's ``cached_tokens``) of each prompt, served in order."""
-    oracle = ExactOracle(piece, retain_every, spec_drop)
+    oracle = ExactOracle(piece, retain_every, spec_drop, message_token, min_piece, message_keeps)
     caps = list(caps) if caps is not None else [None] * len(prompts)
     return [oracle.serve(prompt, cap)[0] for prompt, cap in zip(prompts, caps, strict=True)]

@@ -50,6 +50,7 @@ EVENT_DICT = {
     "finished_ts": 101.5,
     "snapshots": [],
     "forwards_off_plan": 0,
+    "pieces": [],
     "blocks": 0,
     "fallback": None,
     "retractions": 0,
@@ -59,7 +60,7 @@ EVENT_DICT = {
 
 EVENT_LINE = (
     '{"blocks": 0, "cache_salt": null, "decode_tokens": 3, "fallback": null, "finish_reason": "stop", '
-    '"finished_ts": 101.5, "forwards_off_plan": 0, "match_cap": null, "moved": 0, "plan_resume": 4, '
+    '"finished_ts": 101.5, "forwards_off_plan": 0, "match_cap": null, "moved": 0, "pieces": [], "plan_resume": 4, '
     '"policy": "radix", "prefix_reused": 4, "prompt_tokens": 10, "queued_ts": 100.0, "read": 6, "retractions": 0, "rid": "r1", '
     '"schema": 1, "snapshots": []}'
 )

@@ -189,7 +189,7 @@ def test_keep_points(prompt_len, resume, bound, spec_drop, expected):
 
 def test_keep_kind_values():
     assert [kind.value for kind in KeepKind] == [
-        "periodic", "prompt_end", "junction", "prompt_end_back", "junction_back",
+        "periodic", "prompt_end", "junction", "prompt_end_back", "junction_back", "message",
     ]
 
 

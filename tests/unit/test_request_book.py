@@ -34,6 +34,7 @@ def test_read_to(read_until, end, expected, off_plan):
     assert request.read_to(end) == expected
     assert request.forwards_off_plan == off_plan
     assert request.read_until == (expected.end if expected else read_until)
+    assert request.pieces == ([[expected.start, expected.end]] if expected else [])  # what the event lists
 
 
 @pytest.mark.parametrize(
@@ -104,9 +105,11 @@ def test_finish_type(reason, expected):
 def test_event_fields_of_a_tracked_request():
     request = tracked()
     request.snapshots.append([128, "periodic"])
+    request.pieces.append([0, 128])
     request.fallback, request.forwards_off_plan, request.match_cap = "plan: boom", 1, 5
     assert event_fields(request, 7) == dict(plan_resume=0, queued_ts=1.0, snapshots=[[128, "periodic"]],
-                                            forwards_off_plan=1, fallback="plan: boom", match_cap=5)
+                                            forwards_off_plan=1, pieces=[[0, 128]], fallback="plan: boom",
+                                            match_cap=5)
     request.plan = None
     assert event_fields(request, 7)["plan_resume"] is None
 
@@ -114,7 +117,7 @@ def test_event_fields_of_a_tracked_request():
 def test_event_fields_of_an_untracked_request():
     fields = event_fields(None, 7)
     assert fields.pop("queued_ts") > 0
-    assert fields == dict(plan_resume=None, snapshots=[], forwards_off_plan=0, fallback=None, match_cap=7)
+    assert fields == dict(plan_resume=None, snapshots=[], forwards_off_plan=0, pieces=[], fallback=None, match_cap=7)
 
 
 @pytest.mark.parametrize(
