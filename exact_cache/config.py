@@ -8,7 +8,7 @@ from typing import Literal
 from exact_cache.rules import CutRule
 
 GDN_CHUNK = 64  # the GDN chunk kernel's grid: every grid piece boundary sits on it
-UNRESOLVED = -1  # message_token_id before the launcher looked the token up in the tokenizer
+UNRESOLVED = -1  # message_end_id before the launcher looked the token up in the tokenizer
 
 
 @dataclass(frozen=True)
@@ -18,11 +18,11 @@ class ExactConfig:
     spec_drop: int = 0  # S: 1 when speculative decoding is on (the hit lands one piece early)
     max_snapshots: int = 0  # snapshot budget in Mamba-pool slots; 0 = SGLang's pool sizing
     dump_snapshots: str = ""  # debugging aid: write each snapshot's tensors under this directory
-    cut: Literal["grid", "messages"] = "grid"  # where pieces end: the B grid, or also at message starts
-    message_token: str = "<|im_start|>"  # cut=messages: the token that opens a message
-    message_token_id: int = UNRESOLVED  # its id; the launcher looks it up in the served tokenizer
-    min_piece: int = 64  # cut=messages: a message start cuts only after at least this many tokens
-    message_keeps: int = 0  # cut=messages: keep states at the deepest N message starts of a read (0: all)
+    cut: Literal["grid", "messages"] = "grid"  # where pieces end: the B grid, or also after message ends
+    message_end: str = "<|im_end|>"  # cut=messages: the token that ends a message (a piece may end after it)
+    message_end_id: int = UNRESOLVED  # its id; the launcher looks it up in the served tokenizer
+    min_piece: int = 64  # cut=messages: a message end cuts only a piece of at least this many tokens
+    message_keeps: int = 0  # cut=messages: keep states at the deepest N message ends of a read (0: all)
 
     def __post_init__(self):
         if self.piece_tokens <= 0 or self.piece_tokens % GDN_CHUNK:
@@ -38,22 +38,22 @@ class ExactConfig:
         if not 1 <= self.min_piece <= self.piece_tokens:
             raise ValueError(f"min_piece={self.min_piece}: must be in [1, piece_tokens={self.piece_tokens}]")
         if self.message_keeps < 0:
-            raise ValueError(f"message_keeps={self.message_keeps}: must be >= 0 (0 = every message start)")
-        if self.message_token_id < UNRESOLVED:
-            raise ValueError(f"message_token_id={self.message_token_id}: a token id, or -1 to look it up")
-        if self.cut == "messages" and not self.message_token and self.message_token_id == UNRESOLVED:
-            raise ValueError("cut=messages needs message_token (or message_token_id)")
+            raise ValueError(f"message_keeps={self.message_keeps}: must be >= 0 (0 = every message end)")
+        if self.message_end_id < UNRESOLVED:
+            raise ValueError(f"message_end_id={self.message_end_id}: a token id, or -1 to look it up")
+        if self.cut == "messages" and not self.message_end and self.message_end_id == UNRESOLVED:
+            raise ValueError("cut=messages needs message_end (or message_end_id)")
 
     @property
     def needs_token_lookup(self) -> bool:
         """cut=messages whose token id is still to be looked up in the tokenizer (the launcher does)."""
-        return self.cut == "messages" and self.message_token_id == UNRESOLVED
+        return self.cut == "messages" and self.message_end_id == UNRESOLVED
 
     def cut_rule(self) -> CutRule:
         """The rule that cuts this config's prompts into pieces."""
         if self.cut == "grid":
             return CutRule(self.piece_tokens)
         if self.needs_token_lookup:
-            raise ValueError(f"cut=messages: the id of {self.message_token!r} was never looked up "
-                             "(start the server with python -m patches.launch_server, or set message_token_id)")
-        return CutRule(self.piece_tokens, self.message_token_id, self.min_piece)
+            raise ValueError(f"cut=messages: the id of {self.message_end!r} was never looked up "
+                             "(start the server with python -m patches.launch_server, or set message_end_id)")
+        return CutRule(self.piece_tokens, self.message_end_id, self.min_piece)

@@ -29,7 +29,7 @@ class ExactPolicy(PolicyDefaults):
         bound = bound_in(cut_list, arrival.tree_match, prompt_len, cfg.spec_drop)
         resume = resume_point(bound, arrival.tree_states, cut_list)
         keep = keep_points_in(cut_list, prompt_len, resume, bound, cfg.retain_every, cfg.spec_drop,
-                              rule.message_starts(tokens, cut_list), cfg.message_keeps)
+                              rule.message_ends(tokens, cut_list), cfg.message_keeps)
         steps: list = []
         for start, end in pieces_in(cut_list, resume, prompt_len):
             steps.append(Extend(start, end))
@@ -64,8 +64,8 @@ class ExactPolicy(PolicyDefaults):
         return self.config.max_snapshots
 
     def token_lookups(self) -> dict[str, str]:
-        """cut=messages: the id of ``message_token`` in the served tokenizer (never a constant)."""
-        return {"message_token_id": self.config.message_token} if self.config.needs_token_lookup else {}
+        """cut=messages: the id of ``message_end`` in the served tokenizer (never a constant)."""
+        return {"message_end_id": self.config.message_end} if self.config.needs_token_lookup else {}
 
     def release(self, release: Release) -> None:
         return None

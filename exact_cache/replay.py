@@ -7,11 +7,12 @@ A model of the server's tree, independent of SGLang: for each served prompt P it
   * a recurrent-state snapshot at each keep point of P's read.
 The server's per-request reused length (``cached_tokens``, events) must equal it. Both cut rules
 (``exact_cache.rules.CutRule``): build the tree with ``ReplayTree.for_config`` or pass
-``message_token`` (None: the grid).
+``message_end`` (None: the grid).
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Sequence
 
 from exact_cache.rules import CutRule, bound_in, keep_points_in, resume_point
@@ -21,20 +22,25 @@ from policy.tokens import common_prefix_len
 class ReplayTree:
     """Cached texts and snapshots as plain token tuples (small inputs: tests and traces)."""
 
-    def __init__(self, piece: int, retain_every: int, spec_drop: int = 0, *, message_token: int | None = None,
-                 min_piece: int = 1, message_keeps: int = 0):
-        self.rule = CutRule(piece, message_token, min_piece)
+    def __init__(self, piece: int, retain_every: int, spec_drop: int = 0, *, message_end: int | None = None,
+                 min_piece: int = 1, message_keeps: int = 0, max_snapshots: int = 0):
+        self.rule = CutRule(piece, message_end, min_piece)
         self.piece, self.retain_every, self.spec_drop = piece, retain_every, spec_drop
         self.message_keeps = message_keeps
         self.texts: list[tuple[int, ...]] = []  # KV held: each a prefix of a served prompt
-        self.snapshots: set[tuple[int, ...]] = set()  # the token prefix before each snapshot
+        # The token prefix before each snapshot, least recently used first; with ``max_snapshots``
+        # the oldest go beyond the budget (a model of SGLang's LRU over state slots: the resumed
+        # and the new states are touched, and KV is never evicted).
+        self.snapshots: OrderedDict[tuple[int, ...], None] = OrderedDict()
+        self.max_snapshots = max_snapshots
+        self.evicted = 0
         self.pieces: list[list[tuple[int, int]]] = []  # per served prompt: the forwards its read ran
 
     @classmethod
     def for_config(cls, config) -> "ReplayTree":
         """The tree an ``ExactConfig`` builds (its message token id must be resolved)."""
         rule = config.cut_rule()
-        return cls(config.piece_tokens, config.retain_every, config.spec_drop, message_token=rule.message_token,
+        return cls(config.piece_tokens, config.retain_every, config.spec_drop, message_end=rule.message_end,
                    min_piece=rule.min_piece, message_keeps=config.message_keeps)
 
     def serve(self, prompt: Sequence[int], cap: int | None = None) -> tuple[int, dict]:
@@ -50,9 +56,15 @@ class ReplayTree:
         depths = [d for d in cut_list if d <= bound and prompt[:d] in self.snapshots]
         resume = resume_point(bound, depths, cut_list)
         keep = keep_points_in(cut_list, len(prompt), resume, bound, self.retain_every, self.spec_drop,
-                              self.rule.message_starts(prompt, cut_list), self.message_keeps)
+                              self.rule.message_ends(prompt, cut_list), self.message_keeps)
+        if resume:
+            self.snapshots.move_to_end(prompt[:resume])
         for depth in keep:
-            self.snapshots.add(prompt[:depth])
+            self.snapshots[prompt[:depth]] = None
+            self.snapshots.move_to_end(prompt[:depth])
+        while self.max_snapshots and len(self.snapshots) > self.max_snapshots:
+            self.snapshots.popitem(last=False)
+            self.evicted += 1
         if keep:
             self.texts.append(prompt[: max(keep)])
         bounds = [resume] + [c for c in cut_list if c > resume] + [len(prompt)]
@@ -61,13 +73,13 @@ class ReplayTree:
 
 
 def replay(prompts: Sequence[Sequence[int]], *, piece: int, retain_every: int, spec_drop: int = 0,
-           caps: Sequence[int | None] | None = None, message_token: int | None = None, min_piece: int = 1,
+           caps: Sequence[int | None] | None = None, message_end: int | None = None, min_piece: int = 1,
            message_keeps: int = 0) -> list[int]:
     """Serve ``prompts`` in order (no eviction) and return the resume point c* of each.
 
     ``caps``: per prompt, the prefix-match cap SGLang applied (events' ``match_cap``; None: none).
-    ``message_token`` etc.: the message cut rule (``ExactConfig`` keys of the same names)."""
-    tree = ReplayTree(piece, retain_every, spec_drop, message_token=message_token, min_piece=min_piece,
+    ``message_end`` etc.: the message cut rule (``ExactConfig`` keys of the same names)."""
+    tree = ReplayTree(piece, retain_every, spec_drop, message_end=message_end, min_piece=min_piece,
                       message_keeps=message_keeps)
     return replay_tree(tree, prompts, caps)
 

@@ -8,15 +8,21 @@ boundaries strictly inside it, never at its end (a longer prompt would not cut t
                [piece)[piece )[piece )  ...  [tail piece )
               cuts = {jB : 0 < jB < |P|}
 
-    messages  |0   <m1 ...    |<m2 ...  |<m3 ..   +B    |<m4 ...    |P|
-               [piece         )[piece   )[piece   )[    )[tail piece )
-              a cut at each message start p (P[p] = <|im_start|>) whose piece since the last
-              cut holds at least ``min_piece`` tokens, and B tokens after the last cut
+    messages  |0  m1 ..<e>|\n<s>m2 ..<e>|\n<s>m3 ..  +B    |..<e>|\n<s>m4 ...    |P|
+               [piece     )[piece      )[piece        )[    )[tail piece       )
+              a cut right after each message end (P[c-1] = <|im_end|>) whose piece since the
+              last cut holds at least ``min_piece`` tokens, and B tokens after the last cut
 
-Both rules are causal: whether c is a cut depends on ``P[0 : c+1]`` only, so two prompts that
-share ``[0, d)`` cut ``[0, d)`` alike, and a cold read and a resumed read of a prompt run the same
-pieces (docs/exact.md §2.1, restated for variable pieces in §5.3). The functions that take a
-cut list (``*_in``) serve both rules; those taking ``piece`` are the grid rule's shorthands.
+Both rules decide a cut c from ``P[0 : c]`` alone, the tokens before it. So two prompts that share
+``[0, d)`` have the same cuts at every position up to d, including d itself, and every piece
+either prompt reads inside ``[0, d)`` is the same forward in both: a cold read and a resumed
+read run the same pieces, and a KV row the tree shares between two prompts was written by the
+same piece for both (docs/exact.md §2.1, restated for variable pieces in §5.3). A rule that
+looked at ``P[c]`` (a cut *at* ``<|im_start|>``) would not do: a prompt that diverges exactly at
+c would cut there and the cached one would not, and the tree would hand the new prompt rows that
+the old one read in a longer piece (measured: warm and cold logprobs one ulp apart).
+The functions that take a cut list (``*_in``) serve both rules; those taking ``piece`` are the
+grid rule's shorthands.
 """
 
 from __future__ import annotations
@@ -38,17 +44,17 @@ class KeepKind(str, Enum):
 
 @dataclass(frozen=True)
 class CutRule:
-    """Where a prompt's pieces end: the B grid (``message_token`` None) or message starts.
+    """Where a prompt's pieces end: the B grid (``message_end`` None) or after message ends.
 
-    ``message_token``: the id of the token that opens a message (``<|im_start|>``, from the
-    tokenizer). ``min_piece``: a message start is a cut only when the piece it ends holds at least
-    this many tokens, so a short message is read with the one after it (a 10-token nudge does not
-    make a 10-token forward); the start of a message that follows one at least this long is always
-    a cut. Between cuts, B bounds every piece.
+    ``message_end``: the id of the token that ends a message (``<|im_end|>``, looked up in the
+    served tokenizer). ``min_piece``: a message end is a cut only when the piece it closes holds at
+    least this many tokens, so a short message is read with the one after it (a 10-token nudge
+    does not make a 10-token forward); the end of a message that follows a cut by at least this
+    many tokens is always a cut. Between cuts, B bounds every piece.
     """
 
     piece: int
-    message_token: int | None = None
+    message_end: int | None = None
     min_piece: int = 1
 
     def __post_init__(self):
@@ -59,15 +65,15 @@ class CutRule:
 
     def cuts(self, tokens: Sequence[int]) -> list[int]:
         """The prompt's cuts, ascending."""
-        if self.message_token is None:
+        if self.message_end is None:
             return cuts(len(tokens), self.piece)
-        return message_cuts(tokens, self.piece, self.message_token, self.min_piece)
+        return message_cuts(tokens, self.piece, self.message_end, self.min_piece)
 
-    def message_starts(self, tokens: Sequence[int], found: Sequence[int]) -> list[int]:
-        """Those of the cuts ``found`` that are message starts (none under the grid rule)."""
-        if self.message_token is None:
+    def message_ends(self, tokens: Sequence[int], found: Sequence[int]) -> list[int]:
+        """Those of the cuts ``found`` that follow a message end (none under the grid rule)."""
+        if self.message_end is None:
             return []
-        return [c for c in found if tokens[c] == self.message_token]
+        return [c for c in found if tokens[c - 1] == self.message_end]
 
 
 def cuts(prompt_len: int, piece: int) -> list[int]:
@@ -75,14 +81,14 @@ def cuts(prompt_len: int, piece: int) -> list[int]:
     return list(range(piece, prompt_len, piece))
 
 
-def message_cuts(tokens: Sequence[int], piece: int, message_token: int, min_piece: int) -> list[int]:
-    """The message rule: a cut at p when ``tokens[p]`` opens a message and ``p - last >= min_piece``,
-    or when ``p - last == piece`` (``last``: the previous cut, 0 at first)."""
+def message_cuts(tokens: Sequence[int], piece: int, message_end: int, min_piece: int) -> list[int]:
+    """The message rule: a cut at p when ``tokens[p - 1]`` ends a message and ``p - last >= min_piece``,
+    or when ``p - last == piece`` (``last``: the previous cut, 0 at first); ``0 < p < len(tokens)``."""
     found: list[int] = []
     last = 0
-    starts = [p for p, token in enumerate(tokens) if token == message_token and p > 0]
-    for position in starts + [len(tokens)]:
-        while last + piece < position:  # B-grid cuts after the last cut, before this start
+    after = [p + 1 for p, token in enumerate(tokens) if token == message_end and p + 1 < len(tokens)]
+    for position in after + [len(tokens)]:
+        while last + piece < position:  # B-grid cuts after the last cut, before this message end
             last += piece
             found.append(last)
         if position < len(tokens) and position - last >= min_piece:
@@ -141,8 +147,9 @@ def resume_point(bound: int, snapshot_depths, cut_list: Sequence[int] | None = N
     """c*: the deepest snapshot on the prompt's path at or below ``bound`` (0 if none).
 
     ``cut_list``: only depths that are cuts of *this* prompt count. A snapshot at d was taken where
-    an earlier prompt cut, and this prompt shares ``[0, d)`` with it; under the message rule the
-    token at d decides whether d is also this prompt's cut (under the grid rule it always is)."""
+    an earlier prompt cut, and this prompt shares ``[0, d)`` with it; both
+    rules decide a cut from the tokens before it, so d is always this prompt's cut too; the filter
+    states the requirement rather than trusting it."""
     allowed = None if cut_list is None else set(cut_list)
     return max((d for d in snapshot_depths if 0 < d <= bound and (allowed is None or d in allowed)), default=0)
 
@@ -156,7 +163,7 @@ def keep_points(
 
 def keep_points_in(
     cut_list: Sequence[int], prompt_len: int, resume: int, bound: int, retain_every: int, spec_drop: int,
-    message_starts: Sequence[int] = (), message_keeps: int = 0,
+    message_ends: Sequence[int] = (), message_keeps: int = 0,
 ) -> dict[int, KeepKind]:
     """Where this read snapshots its recurrent state: position -> kind, only positions > resume.
 
@@ -165,7 +172,7 @@ def keep_points_in(
     * e = the largest cut (prompt end), and the cut before it with S = 1;
     * J = A when A > c* (junction: P leaves cached text that had no snapshot), and the cut before
       it with S = 1;
-    * the message starts among the cuts above c*, all of them or (``message_keeps`` > 0) the
+    * the message ends among the cuts above c*, all of them or (``message_keeps`` > 0) the
       deepest ``message_keeps``: edits land near the end, so the most recent are kept first.
     A position with several kinds takes the first in ``KeepKind`` order.
     """
@@ -187,7 +194,7 @@ def keep_points_in(
         add(cut_before(cut_list, end) if end else 0, KeepKind.PROMPT_END_BACK)
         if junction:
             add(cut_before(cut_list, junction), KeepKind.JUNCTION_BACK)
-    fresh = [p for p in message_starts if p > resume]
+    fresh = [p for p in message_ends if p > resume]
     for position in fresh[-message_keeps:] if message_keeps else fresh:
         add(position, KeepKind.MESSAGE)
     return dict(sorted(found.items()))

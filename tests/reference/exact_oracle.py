@@ -7,8 +7,8 @@ arithmetic on the grid, so a rounding or off-by-one shortcut in the product code
 to agree with:
 
 * cuts: the positions ``d`` with ``0 < d < |P|`` and ``d % B == 0`` (never the prompt end); with
-  the message rule (``message_token`` set), walking d upward: ``d`` is a cut when B tokens passed
-  since the last cut, or ``P[d]`` opens a message and at least ``min_piece`` tokens passed;
+  the message rule (``message_end`` set), walking d upward: ``d`` is a cut when B tokens passed
+  since the last cut, or ``P[d-1]`` ends a message and at least ``min_piece`` tokens passed;
 * matched depth ``m``: the longest prefix of ``P[0 : |P|-1]`` (or of ``P[0 : cap]``) that is a
   prefix of some cached text;
 * bound ``A``: the largest cut ``<= m`` (0 if none), one piece lower when ``S = 1``, never below 0;
@@ -17,7 +17,7 @@ to agree with:
 * keep points: for each multiple of ``R`` below |P| the first cut at or above it, the prompt end
   ``e`` (largest cut) and the cut before it when ``S = 1``, the junction ``J = A`` and the cut
   before it when ``A > c*`` and ``S = 1``; with the message rule also every cut where a message
-  opens (the deepest ``message_keeps`` of them when that is set); only those ``> c*``;
+  ends just before (the deepest ``message_keeps`` of them when that is set); only those ``> c*``;
   each leaves a snapshot of ``P[0:q]`` and the text ``P[0:q]`` cached.
 No eviction: the oracle holds everything, so it is an upper bound under a memory budget.
 """
@@ -26,12 +26,12 @@ from __future__ import annotations
 
 
 class ExactOracle:
-    def __init__(self, piece: int, retain_every: int, spec_drop: int = 0, message_token=None, min_piece: int = 1,
+    def __init__(self, piece: int, retain_every: int, spec_drop: int = 0, message_end=None, min_piece: int = 1,
                  message_keeps: int = 0):
         if spec_drop not in (0, 1):
             raise ValueError("spec_drop is 0 or 1")
         self.piece, self.retain_every, self.spec_drop = piece, retain_every, spec_drop
-        self.message_token, self.min_piece, self.message_keeps = message_token, min_piece, message_keeps
+        self.message_end, self.min_piece, self.message_keeps = message_end, min_piece, message_keeps
         self.texts: list[tuple] = []
         self.snapshots: set[tuple] = set()
 
@@ -43,11 +43,11 @@ class ExactOracle:
         return best
 
     def cuts(self, prompt: tuple) -> list[int]:
-        if self.message_token is None:
+        if self.message_end is None:
             return [d for d in range(1, len(prompt)) if d % self.piece == 0]
         found, last = [], 0
         for d in range(1, len(prompt)):
-            if d - last == self.piece or (prompt[d] == self.message_token and d - last >= self.min_piece):
+            if d - last == self.piece or (prompt[d - 1] == self.message_end and d - last >= self.min_piece):
                 found.append(d)
                 last = d
         return found
@@ -72,7 +72,7 @@ class ExactOracle:
         keep |= {end} | ({before(end)} if S and end else set())
         if bound > resume:
             keep |= {bound} | ({before(bound)} if S else set())
-        messages = [c for c in cuts if self.message_token is not None and prompt[c] == self.message_token and c > resume]
+        messages = [c for c in cuts if self.message_end is not None and prompt[c - 1] == self.message_end and c > resume]
         keep |= set(messages[-self.message_keeps:] if self.message_keeps else messages)
         kept = sorted(d for d in keep if d > resume)
         for depth in kept:
@@ -81,9 +81,9 @@ class ExactOracle:
         return resume, kept
 
 
-def expected_reuse(prompts, *, piece: int, retain_every: int, spec_drop: int = 0, caps=None, message_token=None,
+def expected_reuse(prompts, *, piece: int, retain_every: int, spec_drop: int = 0, caps=None, message_end=None,
                    min_piece: int = 1, message_keeps: int = 0) -> list[int]:
     """The resume point ``c*`` (= the server's ``cached_tokens``) of each prompt, served in order."""
-    oracle = ExactOracle(piece, retain_every, spec_drop, message_token, min_piece, message_keeps)
+    oracle = ExactOracle(piece, retain_every, spec_drop, message_end, min_piece, message_keeps)
     caps = list(caps) if caps is not None else [None] * len(prompts)
     return [oracle.serve(prompt, cap)[0] for prompt, cap in zip(prompts, caps, strict=True)]

@@ -1,8 +1,8 @@
-"""``cut=messages``: pieces that also end at message starts (``exact_cache.rules.message_cuts``),
+"""``cut=messages``: pieces that also end right after message ends (``exact_cache.rules.message_cuts``),
 resume points limited to the prompt's own cuts, message keep points, and ``replay`` against the
 brute-force oracle with the message rule (``tests/reference/exact_oracle.py``).
 
-Prompts here are small: B = 8, the message token is 9, other tokens are 0-2.
+Prompts here are small: B = 8, the message-end token is 9, other tokens are 0-2.
 """
 
 from __future__ import annotations
@@ -18,28 +18,29 @@ from exact_cache.rules import CutRule, KeepKind, keep_points_in, message_cuts, p
 from policy.api import Arrival
 from tests.reference.exact_oracle import ExactOracle, expected_reuse
 
-B, M = 8, 9  # piece, message token
+B, M = 8, 9  # piece, message-end token
 
 
 def prompt(*lengths: int) -> list[int]:
-    """Messages of the given lengths, each opened by M (the first at position 0)."""
+    """Messages of the given lengths, each closed by M (so the next one starts after it)."""
     out: list[int] = []
     for length in lengths:
-        out += [M] + [1] * (length - 1)
+        out += [1] * (length - 1) + [M]
     return out
 
 
 @pytest.mark.parametrize(
     "lengths, min_piece, expected",
     [
-        pytest.param((5, 5, 5), 1, [5, 10], id="every-message-start"),
+        pytest.param((5, 5, 5), 1, [5, 10], id="after-every-message-end"),
         pytest.param((5, 5, 5), 6, [8], id="short-messages-merge-then-grid"),  # 5 < 6: no cut at 5; 8 = B; 10 - 8 < 6
         pytest.param((3, 20), 4, [8, 16], id="short-first-message-merges-into-the-next"),  # 3 < 4
-        pytest.param((20,), 1, [8, 16], id="one-long-message-grid-after-start"),
-        pytest.param((10, 4, 4), 4, [8, 14], id="a-start-too-soon-after-a-grid-cut-merges"),  # 10 - 8 < 4
-        pytest.param((8, 8), 1, [8], id="start-on-the-grid-one-cut"),
+        pytest.param((20,), 1, [8, 16], id="one-long-message-grid-only"),
+        pytest.param((10, 4, 4), 4, [8, 14], id="an-end-too-soon-after-a-grid-cut-merges"),  # 10 - 8 < 4
+        pytest.param((8, 8), 1, [8], id="end-on-the-grid-one-cut"),
         pytest.param((1,), 1, [], id="one-token"),
-        pytest.param((4, 1), 1, [4], id="last-token-opens-a-message"),
+        pytest.param((4, 1), 1, [4], id="a-one-token-last-message"),
+        pytest.param((4,), 1, [], id="never-at-the-prompt-end"),
     ],
 )
 def test_message_cuts(lengths, min_piece, expected):
@@ -51,27 +52,31 @@ def test_message_cuts(lengths, min_piece, expected):
 
 
 def test_message_cuts_grid_restarts_at_each_message_cut():
-    """The B grid is anchored at the last cut, not at 0: 10 (a start), then 18, 26 (B after it)."""
+    """The B grid is anchored at the last cut, not at 0: 10 (after a message end), then 18, 26."""
     tokens = prompt(10, 20)
     assert message_cuts(tokens, B, M, 1) == [8, 10, 18, 26]
 
 
-def test_message_cuts_are_causal():
-    """A cut at c depends on tokens[0 : c+1] only: any continuation keeps the cuts below its length."""
+def test_message_cuts_depend_only_on_the_tokens_before_each_cut():
+    """Two prompts that share [0, d) cut alike at every position up to d, d included (when both
+    are longer than d): what follows d never moves a cut at or before it."""
     rng = random.Random(3)
+    checked = 0
     for _ in range(2000):
         tokens = [rng.choice([0, 1, M]) for _ in range(rng.randint(1, 40))]
         min_piece = rng.randint(1, B)
         full = message_cuts(tokens, B, M, min_piece)
-        for stop in range(1, len(tokens) + 1):
-            head = tokens[:stop] + [rng.choice([0, M]) for _ in range(rng.randint(0, 5))]
-            assert [c for c in message_cuts(head, B, M, min_piece) if c < stop] == [c for c in full if c < stop]
+        for stop in range(1, len(tokens)):
+            other = tokens[:stop] + [rng.choice([0, M]) for _ in range(rng.randint(1, 5))]
+            assert [c for c in message_cuts(other, B, M, min_piece) if c <= stop] == [c for c in full if c <= stop]
+            checked += stop in full
+    assert checked > 1000  # often with a cut exactly at the divergence point
 
 
 def test_cut_rule_grid_and_validation():
     assert CutRule(B).cuts([0] * 20) == [8, 16]
-    assert CutRule(B).message_starts([M] * 20, [8, 16]) == []
-    assert CutRule(B, M, 1).message_starts(prompt(5, 5), [5]) == [5]
+    assert CutRule(B).message_ends([M] * 20, [8, 16]) == []
+    assert CutRule(B, M, 1).message_ends(prompt(5, 5), [5]) == [5]
     with pytest.raises(ValueError, match="min_piece=9"):
         CutRule(B, M, 9)
     with pytest.raises(ValueError, match="piece=0"):
@@ -87,8 +92,9 @@ def test_pieces_follow_message_cuts():
 
 
 def test_resume_point_only_at_this_prompts_cuts():
-    """A snapshot at 5 (an earlier prompt's message start) is no resume point for a prompt whose
-    token 5 opens no message: a cold read of it runs [0, 8), so resuming at 5 would not be exact."""
+    """A depth that is not one of the prompt's cuts is no resume point (a cold read would run
+    [0, 8), so resuming at 5 would not be exact). The rules never offer one, as cuts depend only on
+    the tokens before them; the function states the requirement anyway."""
     assert resume_point(8, [5], cut_list=[5, 10]) == 5
     assert resume_point(8, [5], cut_list=[8, 16]) == 0
     assert resume_point(8, [5]) == 5  # no cut list: the grid rule's callers
@@ -103,7 +109,7 @@ def test_resume_point_only_at_this_prompts_cuts():
     ],
 )
 def test_message_keep_points(message_keeps, resume, expected):
-    # cuts 5, 10 (message starts), 16 (grid after 10? no: 10 + 6); a 20-token prompt, R large.
+    # cuts 5, 10 (after message ends), 16; a 20-token prompt, R large.
     found = keep_points_in([5, 10, 16], 20, resume, resume, 1000, 0, [5, 10, 16][:2], message_keeps)
     assert {p: k.value for p, k in found.items()} == expected
 
@@ -128,20 +134,19 @@ def test_config_message_settings():
     assert cfg.needs_token_lookup
     with pytest.raises(ValueError, match="never looked up"):
         cfg.cut_rule()
-    resolved = ExactConfig(cut="messages", message_token_id=M, min_piece=64)
+    resolved = ExactConfig(cut="messages", message_end_id=M, min_piece=64)
     assert resolved.cut_rule() == CutRule(832, M, 64)
     assert ExactConfig().cut_rule() == CutRule(832)
     for bad, match in [(dict(min_piece=0), "min_piece=0"), (dict(min_piece=833), "min_piece=833"),
-                       (dict(message_keeps=-1), "message_keeps=-1"), (dict(message_token_id=-2), "message_token_id=-2")]:
+                       (dict(message_keeps=-1), "message_keeps=-1"), (dict(message_end_id=-2), "message_end_id=-2")]:
         with pytest.raises(ValueError, match=match):
             ExactConfig(**bad)
 
 
 def test_plan_with_message_cuts_resumes_at_a_deleted_message():
     """An agent deletes message 3 of 4: the next prompt resumes exactly where the deleted message
-    started (a message cut kept as a state by the first read), and reads the rest in pieces that
-    end at its message starts."""
-    cfg = ExactConfig(cut="messages", message_token_id=M, min_piece=64, retain_every=6656)
+    started (the cut after message 2's end, kept as a state by the first read)."""
+    cfg = ExactConfig(cut="messages", message_end_id=M, min_piece=64, retain_every=6656)
     policy = ExactPolicy(cfg)
     first = messages((700, 0), (300, 1), (200, 2), (400, 0))
     tree = ReplayTree.for_config(cfg)
@@ -150,20 +155,20 @@ def test_plan_with_message_cuts_resumes_at_a_deleted_message():
                                                                     1200: "prompt_end"}
     edited = messages((700, 0), (300, 1), (400, 0))
     assert tree.serve(edited)[0] == 1000
-    plan = policy.plan(Arrival(rid="r", tokens=tuple(edited), cache_key=None, tree_hit=0, tree_match=1001,
+    plan = policy.plan(Arrival(rid="r", tokens=tuple(edited), cache_key=None, tree_hit=0, tree_match=1000,
                                tree_states=(700, 1000)))
     assert plan.resume == 1000 and plan.forwards() == [(1000, 1400)]
     # The same edit under the grid rule resumes at 832 at best, and only where a state was kept there.
     grid = ExactPolicy(ExactConfig())
-    assert grid.plan(Arrival(rid="g", tokens=tuple(edited), cache_key=None, tree_hit=0, tree_match=1001,
+    assert grid.plan(Arrival(rid="g", tokens=tuple(edited), cache_key=None, tree_hit=0, tree_match=1000,
                              tree_states=(832,))).resume == 832
 
 
 def messages(*spec: tuple[int, int]) -> list[int]:
-    """Messages given as (length, filler token), each opened by M."""
+    """Messages given as (length, filler token), each closed by M."""
     out: list[int] = []
     for length, filler in spec:
-        out += [M] + [filler] * (length - 1)
+        out += [filler] * (length - 1) + [M]
     return out
 
 
@@ -176,19 +181,18 @@ def random_messages(rng: random.Random) -> list[list[int]]:
     for _ in range(rng.randint(1, 8)):
         if prompts and rng.random() < 0.8:
             base = list(rng.choice(prompts))
-            starts = [i for i, t in enumerate(base) if t == M] or [0]
+            bounds = [0] + [i + 1 for i, t in enumerate(base) if t == M]
             how = rng.random()
-            if how < 0.3 and len(starts) > 1:  # delete a whole message
-                i = rng.randrange(len(starts))
-                end = starts[i + 1] if i + 1 < len(starts) else len(base)
-                new = base[:starts[i]] + base[end:]
+            if how < 0.3 and len(bounds) > 2:  # delete a whole message
+                k = rng.randrange(len(bounds) - 1)
+                new = base[:bounds[k]] + base[bounds[k + 1]:]
             elif how < 0.6:  # edit inside
                 cut = rng.randint(0, len(base))
                 new = base[:cut] + [rng.randrange(3) for _ in range(rng.randint(0, 6))] + base[cut:]
             else:  # append a message
-                new = base + [M] + [rng.randrange(3) for _ in range(rng.randint(0, 12))]
+                new = base + [rng.randrange(3) for _ in range(rng.randint(0, 12))] + [M]
         else:
-            new = [M] + [rng.choice([0, 1, 2, 2, M]) for _ in range(rng.randint(1, 40))]
+            new = [rng.choice([0, 1, 2, 2, M]) for _ in range(rng.randint(1, 40))]
         prompts.append(new[:60] or [M])
     return prompts
 
@@ -202,14 +206,14 @@ def test_replay_matches_the_oracle_with_message_cuts(spec_drop, message_keeps, m
     for _ in range(120):
         prompts = random_messages(rng)
         caps = [rng.choice([None, None, None, rng.randint(0, len(p) + 2)]) for p in prompts]
-        kw = dict(message_token=M, min_piece=min_piece, message_keeps=message_keeps)
+        kw = dict(message_end=M, min_piece=min_piece, message_keeps=message_keeps)
         tree = ReplayTree(B, 16, spec_drop, **kw)
         oracle = ExactOracle(B, 16, spec_drop, M, min_piece, message_keeps)
         for p, cap in zip(prompts, caps):
             resume, keep = tree.serve(p, cap)
             assert (resume, sorted(keep)) == oracle.serve(p, cap), (prompts, caps)
             hits += resume > 0
-            at_message += resume > 0 and p[resume] == M and resume % B != 0
+            at_message += resume > 0 and p[resume - 1] == M and resume % B != 0
         assert replay(prompts, piece=B, retain_every=16, spec_drop=spec_drop, caps=caps, **kw) == \
             expected_reuse(prompts, piece=B, retain_every=16, spec_drop=spec_drop, caps=caps, **kw)
         checked += len(prompts)
@@ -217,6 +221,39 @@ def test_replay_matches_the_oracle_with_message_cuts(spec_drop, message_keeps, m
 
 
 def test_replay_records_the_pieces_of_each_read():
-    tree = ReplayTree(B, 16, message_token=M, min_piece=1)
+    tree = ReplayTree(B, 16, message_end=M, min_piece=1)
     tree.serve(prompt(5, 5, 5))
     assert tree.pieces == [[(0, 5), (5, 10), (10, 15)]]
+
+
+def test_a_row_two_prompts_share_up_to_a_cut_is_read_by_the_same_piece_in_both():
+    """What the tree needs (it keeps one KV row per token path): when Q shares [0, d) with P and c
+    <= d is a cut of Q (Q keeps a state there and inserts [0, c)), P read [0, c) in the very same
+    pieces, so the rows the tree already holds from P are the rows Q's cold read would write. A
+    rule that cut *at* a message-opening token broke this for c = d (the divergence point)."""
+    rng = random.Random(11)
+    at_divergence = 0
+    for _ in range(3000):
+        p = [rng.choice([0, 1, M]) for _ in range(rng.randint(2, 40))]
+        d = rng.randint(1, len(p) - 1)
+        q = p[:d] + [rng.choice([0, 1, M]) for _ in range(rng.randint(1, 10))]
+        if q[d] == p[d]:
+            continue
+        min_piece = rng.randint(1, B)
+        p_cuts, q_cuts = message_cuts(p, B, M, min_piece), message_cuts(q, B, M, min_piece)
+        for c in (c for c in q_cuts if c <= d):
+            assert c in p_cuts
+            assert [x for x in p_cuts if x <= c] == [x for x in q_cuts if x <= c]
+            at_divergence += c == d
+    assert at_divergence > 200
+
+
+def test_replay_with_a_snapshot_budget_evicts_the_least_recently_used():
+    """Budget 2: three conversations' prompt-end states; the first one's goes (least recently
+    used), so its repeat reads again; the third's repeat still resumes."""
+    a, b, c = ([k] * 20 for k in (0, 1, 2))
+    tree = ReplayTree(B, 1000, max_snapshots=2)
+    assert [tree.serve(p)[0] for p in (a, b, c, c, a)] == [0, 0, 0, 16, 0]
+    assert tree.evicted >= 1 and len(tree.snapshots) == 2
+    unlimited = ReplayTree(B, 1000)
+    assert [unlimited.serve(p)[0] for p in (a, b, c, c, a)] == [0, 0, 0, 16, 16]

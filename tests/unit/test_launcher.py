@@ -648,7 +648,7 @@ def test_a_refusal_without_a_launcher_is_not_recorded(monkeypatch, tmp_path):
 
 class _Vocab:
     unk_token_id = 0
-    ids = {"<unk>": 0, "<|im_start|>": 7, "▁hi": 8}
+    ids = {"<unk>": 0, "<|im_end|>": 7, "▁hi": 8}
 
     def convert_tokens_to_ids(self, text):
         return self.ids.get(text, 0)
@@ -660,9 +660,9 @@ class _Vocab:
 def test_token_ids_looks_up_one_token_and_refuses_what_is_not_one():
     from serving.launch_args import token_ids
 
-    assert token_ids({"message_token_id": "<|im_start|>"}, _Vocab()) == {"message_token_id": 7}
-    with pytest.raises(LaunchError, match="message_token_id: the served tokenizer has no token '<im_start>'"):
-        token_ids({"message_token_id": "<im_start>"}, _Vocab())
+    assert token_ids({"message_end_id": "<|im_end|>"}, _Vocab()) == {"message_end_id": 7}
+    with pytest.raises(LaunchError, match="message_end_id: the served tokenizer has no token '<im_start>'"):
+        token_ids({"message_end_id": "<im_start>"}, _Vocab())
 
 
 def test_parse_exact_messages_looks_the_token_up_in_the_served_tokenizer(tmp_path):
@@ -672,14 +672,14 @@ def test_parse_exact_messages_looks_the_token_up_in_the_served_tokenizer(tmp_pat
     build_tokenizer(tmp_path)
     from transformers import AutoTokenizer
 
-    expected = AutoTokenizer.from_pretrained(str(tmp_path)).convert_tokens_to_ids("<|im_start|>")
+    expected = AutoTokenizer.from_pretrained(str(tmp_path)).convert_tokens_to_ids("<|im_end|>")
     spec, _ = parse(["--cache-policy", "exact", "--cache-policy-set", "cut=messages", "--model-path", str(tmp_path)])
-    assert spec.config["message_token_id"] == expected and spec.build().rule.message_token == expected
+    assert spec.config["message_end_id"] == expected and spec.build().rule.message_end == expected
     spec, _ = parse(["--cache-policy", "exact", "--cache-policy-set", "cut=messages", "--cache-policy-set",
-                     "message_token_id=5", "--model-path", "not-loaded"])
-    assert spec.config["message_token_id"] == 5
+                     "message_end_id=5", "--model-path", "not-loaded"])
+    assert spec.config["message_end_id"] == 5
     spec, _ = parse(["--cache-policy", "exact", "--model-path", "not-loaded"])  # grid: no lookup
-    assert spec.config["message_token_id"] == -1
+    assert spec.config["message_end_id"] == -1
 
 
 def test_parse_exact_messages_with_a_token_the_tokenizer_lacks_exits_2(tmp_path, capsys):
@@ -688,6 +688,6 @@ def test_parse_exact_messages_with_a_token_the_tokenizer_lacks_exits_2(tmp_path,
     build_tokenizer(tmp_path)
     with pytest.raises(SystemExit) as info:
         parse(["--cache-policy", "exact", "--cache-policy-set", "cut=messages", "--cache-policy-set",
-               "message_token=<|turn|>", "--model-path", str(tmp_path)])
+               "message_end=<|turn|>", "--model-path", str(tmp_path)])
     assert info.value.code == 2
-    assert "message_token_id: the served tokenizer has no token '<|turn|>'" in capsys.readouterr().err
+    assert "message_end_id: the served tokenizer has no token '<|turn|>'" in capsys.readouterr().err

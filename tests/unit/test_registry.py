@@ -54,8 +54,8 @@ def test_exact_lookup(lookup, expected):
 
 def test_exact_setting_names():
     assert registry.setting_names("exact") == (
-        "piece_tokens", "retain_every", "spec_drop", "max_snapshots", "dump_snapshots", "cut", "message_token",
-        "message_token_id", "min_piece", "message_keeps",
+        "piece_tokens", "retain_every", "spec_drop", "max_snapshots", "dump_snapshots", "cut", "message_end",
+        "message_end_id", "min_piece", "message_keeps",
     )
 
 
@@ -378,7 +378,7 @@ def test_hook_installer_of_a_path_that_names_nothing(fake_policy, monkeypatch):
     [
         ("radix", {}),
         ("exact", {"piece_tokens": 832, "retain_every": 6656, "spec_drop": 0, "max_snapshots": 0,
-                   "dump_snapshots": "", "cut": "grid", "message_token": "<|im_start|>", "message_token_id": -1,
+                   "dump_snapshots": "", "cut": "grid", "message_end": "<|im_end|>", "message_end_id": -1,
                    "min_piece": 64, "message_keeps": 0}),
     ],
 )

@@ -1,0 +1,206 @@
+"""``python -m eval.bench_cuts``: what exact's cut rule and the rendering change, offline, on a trace.
+
+Exact's reuse is a function of the token sequences alone: ``exact_cache.replay`` predicts the
+server's reused length for every call (100 % of the 280 calls of the served benchmark, and every
+engine test). So its arms can be measured on a whole trace without a server: the grid rule
+(B = 832, R = 6,656) and ``cut=messages`` at several ``min_piece``, each under the default and the
+stable (``preserve``) rendering of the same questions, beside radix's offline estimate
+(``eval.traces.synth.radix_prefix_estimate``, 512-token chunks: 71.9 % offline and served on the
+default set). scr cannot be predicted this way; its rows come from a served run
+(``eval.bench_policies``).
+
+Per arm: prefix / read shares, PFLOPs per question (2·N_body·(read + decode), Qwen3.6-27B), the
+forwards per question, the piece-length distribution, and a GPU estimate of what smaller pieces
+cost: each forward charged a fixed overhead of ``o`` token-equivalents, fitted to the exact
+cache's measured cold-read penalty for 832-token pieces (+16 % at 30 K tokens gives o ≈ 150, +27 %
+at 120 K gives o ≈ 260, against SGLang's 8,192-token chunks). It is an estimate from two
+published points, not a measurement. Memory: the recurrent states the run keeps (no eviction)
+times a Qwen3.6-27B state (153,944,064 bytes, 48 GDN layers at TP1), and the curve of PFLOPs per
+question against a state budget (``ReplayTree``'s LRU model of SGLang's state pool).
+
+The lower bound printed beside exact: no policy that reuses only prompt prefixes can skip the
+tokens new to a conversation (the part of each prompt that is not a prefix of the previous prompt
++ completion: ``docs/eval.md`` read floor) nor, for exact, the previous completion, which exact
+never keeps (``exact_cache/README.md``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+from eval.accounting.flops import prefix_reuse_pflops
+from eval.traces.format import read_trace, trace_render
+from exact_cache.replay import ReplayTree
+from policy.tokens import common_prefix_len
+
+BODY_PARAMS = 24_353_201_664  # Qwen3.6-27B body parameters (eval/accounting/flops.py)
+STATE_BYTES = 153_944_064  # one Qwen3.6-27B recurrent state at TP1 (docs/exact.md §5.7)
+SCR_SIDE_BYTES = 12 * 30_000 * 64 * 1024  # the authors' side buffer: 12 slots x 30,000 rows x 64 KiB
+OVERHEAD_TOKENS = (150, 260)  # per-forward cost in token-equivalents, fitted (module docstring)
+RADIX_CHUNK = 512
+
+
+def qwen_message_end() -> int:
+    """``<|im_end|>`` in Qwen3.6's tokenizer (built offline, ``eval/qwen_tokenizer.py``)."""
+    from eval.traces.synth import load_tokenizer
+
+    return load_tokenizer("qwen").convert_tokens_to_ids("<|im_end|>")
+
+
+def replay_arm(calls, *, piece: int, retain_every: int, message_end: int | None = None, min_piece: int = 1,
+               max_snapshots: int = 0) -> dict:
+    """Serve ``calls`` in order through one replay tree per cache namespace; per call the reused
+    length and the pieces read, and the states kept."""
+    trees: dict = {}
+    reused, pieces = [], []
+    for call in calls:
+        tree = trees.get(call.cache_salt)
+        if tree is None:
+            tree = trees[call.cache_salt] = ReplayTree(piece, retain_every, message_end=message_end,
+                                                       min_piece=min_piece, max_snapshots=max_snapshots)
+        reused.append(tree.serve(call.prompt_ids)[0])
+        pieces.append(tree.pieces[-1])
+    kept = sum(len(t.snapshots) for t in trees.values())
+    return {"reused": reused, "pieces": pieces, "states_held": kept,
+            "evicted": sum(t.evicted for t in trees.values())}
+
+
+def floors(calls) -> tuple[int, int]:
+    """Tokens no prefix policy can skip (new to the conversation) and, of the rest, the previous
+    completion's tokens (exact re-reads them: it keeps nothing made while decoding)."""
+    previous: dict[str, tuple[list, list]] = {}
+    new = completions = 0
+    for call in calls:
+        prior = previous.get(call.conversation)
+        if prior is None:
+            new += len(call.prompt_ids)
+        else:
+            before = list(prior[0]) + list(prior[1])
+            shared = common_prefix_len(call.prompt_ids, before)
+            new += len(call.prompt_ids) - shared
+            completions += max(0, min(shared, len(before)) - len(prior[0]))
+        previous[call.conversation] = (call.prompt_ids, call.completion_ids)
+    return new, completions
+
+
+def summary(calls, reused: list[int], pieces: list | None, questions: int) -> dict:
+    prompt = sum(len(c.prompt_ids) for c in calls)
+    decode = sum(len(c.completion_ids) for c in calls)
+    read = prompt - sum(reused)
+    row = {"prefix": sum(reused) / prompt, "read": read / prompt,
+           "pflops_per_question": prefix_reuse_pflops(read, decode, BODY_PARAMS) / questions}
+    if pieces is not None:
+        lengths = [b - a for call_pieces in pieces for a, b in call_pieces]
+        forwards = len(lengths)
+        row["forwards_per_question"] = forwards / questions
+        quartiles = statistics.quantiles(lengths, n=4) if len(lengths) > 1 else [lengths[0]] * 3
+        row["piece_p25_median_p75"] = [round(q) for q in quartiles]
+        row["pieces_under_128"] = sum(n < 128 for n in lengths) / forwards
+        row["gpu_estimate_pflops_per_question"] = [
+            prefix_reuse_pflops(read + o * forwards, decode, BODY_PARAMS) / questions for o in OVERHEAD_TOKENS]
+    return row
+
+
+def measure(trace: Path, min_pieces: list[int], budgets: list[int]) -> dict:
+    calls = read_trace(trace)
+    questions = len({c.conversation for c in calls})
+    end = qwen_message_end()
+    arms: dict[str, dict] = {}
+    arms["radix (offline, 512)"] = summary(calls, radix_reuse(calls), None, questions)
+    grid = replay_arm(calls, piece=832, retain_every=6656)
+    arms["exact"] = {**summary(calls, grid["reused"], grid["pieces"], questions),
+                     "states_held": grid["states_held"]}
+    for min_piece in min_pieces:
+        run = replay_arm(calls, piece=832, retain_every=6656, message_end=end, min_piece=min_piece)
+        arms[f"exact cut=messages min_piece={min_piece}"] = {
+            **summary(calls, run["reused"], run["pieces"], questions), "states_held": run["states_held"]}
+    curve = {}
+    for budget in budgets:
+        run = replay_arm(calls, piece=832, retain_every=6656, message_end=end, min_piece=min_pieces[0],
+                         max_snapshots=budget)
+        curve[budget] = summary(calls, run["reused"], None, questions)["pflops_per_question"]
+    new, completions = floors(calls)
+    prompt = sum(len(c.prompt_ids) for c in calls)
+    decode = sum(len(c.completion_ids) for c in calls)
+    return {"trace": str(trace), "render": trace_render(trace), "calls": len(calls), "questions": questions,
+            "prompt_tokens": prompt, "arms": arms, "budget_curve": {"min_piece": min_pieces[0], "pflops": curve},
+            "floor_pflops_per_question": prefix_reuse_pflops(new, decode, BODY_PARAMS) / questions,
+            "exact_floor_pflops_per_question": prefix_reuse_pflops(new + completions, decode, BODY_PARAMS) / questions,
+            "floor_read_share": new / prompt, "completion_share": completions / prompt}
+
+
+def radix_reuse(calls) -> list[int]:
+    from eval.traces.synth import radix_prefix_estimate
+
+    return radix_prefix_estimate(calls, chunk=RADIX_CHUNK)
+
+
+def format_report(results: list[dict]) -> str:
+    lines = ["Exact's cut rule and the rendering, offline (exact_cache.replay; Qwen3.6-27B geometry; the "
+             "GPU column is an estimate)", ""]
+    for result in results:
+        radix = result["arms"]["radix (offline, 512)"]["pflops_per_question"]
+        lines += [f"## {result['render']} rendering: {result['trace']} ({result['calls']} calls, "
+                  f"{result['questions']} questions, {result['prompt_tokens']:,} prompt tokens)", "",
+                  "| arm | prefix / read | PFLOPs per question | ratio to radix | forwards per question | "
+                  "piece tokens p25 / median / p75 | pieces < 128 | GPU estimate (o = 150 / 260) | states held (GiB) |",
+                  "|---|---|---:|---:|---:|---|---:|---|---:|"]
+        for name, row in result["arms"].items():
+            pf = row["pflops_per_question"]
+            forwards = f"{row['forwards_per_question']:.0f}" if "forwards_per_question" in row else ""
+            spread = " / ".join(map(str, row.get("piece_p25_median_p75", []))) if "piece_p25_median_p75" in row else ""
+            under = f"{row['pieces_under_128']:.0%}" if "pieces_under_128" in row else ""
+            gpu = " / ".join(f"{x:.2f}" for x in row["gpu_estimate_pflops_per_question"]) \
+                if "gpu_estimate_pflops_per_question" in row else ""
+            held = f"{row['states_held']} ({row['states_held'] * STATE_BYTES / 2**30:.0f})" if "states_held" in row else ""
+            lines.append(f"| {name} | {row['prefix']:.1%} / {row['read']:.1%} | {pf:.2f} | {pf / radix:.3f} | "
+                         f"{forwards} | {spread} | {under} | {gpu} | {held} |")
+        lines += ["", f"Floor (tokens new to each conversation, no prefix policy reads less): "
+                      f"{result['floor_pflops_per_question']:.2f} PFLOPs per question "
+                      f"({result['floor_read_share']:.1%} of prompt tokens); exact's floor adds the previous "
+                      f"completion it never keeps ({result['completion_share']:.1%}): "
+                      f"{result['exact_floor_pflops_per_question']:.2f}.",
+                  "", f"State budget (cut=messages, min_piece={result['budget_curve']['min_piece']}; GiB of "
+                      "Qwen3.6-27B states -> PFLOPs per question; scr's side buffer is "
+                      f"{SCR_SIDE_BYTES / 2**30:.0f} GiB):",
+                  "", "| states | GiB | PFLOPs per question |", "|---:|---:|---:|"]
+        held = result["arms"][f"exact cut=messages min_piece={result['budget_curve']['min_piece']}"]["states_held"]
+        for budget, pf in result["budget_curve"]["pflops"].items():
+            states = int(budget) or held
+            lines.append(f"| {states}{'' if int(budget) else ' (all, no eviction)'} | "
+                         f"{states * STATE_BYTES / 2**30:.0f} | {pf:.2f} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m eval.bench_cuts", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--trace", type=Path, action="append", required=True,
+                        help="a trace in Qwen3.6 token ids (repeat: one per rendering)")
+    parser.add_argument("--min-piece", type=int, action="append", default=None,
+                        help="cut=messages arms (repeatable; default 64 and 256)")
+    parser.add_argument("--budget", type=int, action="append", default=None,
+                        help="state budgets for the curve (repeatable; default 24, 48, 96, 144, 288, 0 = none)")
+    parser.add_argument("--out", type=Path, default=None, help="write REPORT.md and cuts.json here")
+    args = parser.parse_args(argv)
+    min_pieces = args.min_piece or [64, 256]
+    budgets = args.budget or [24, 48, 96, 144, 288, 0]
+    results = []
+    for trace in args.trace:
+        print(f"replaying {trace} ...", file=sys.stderr, flush=True)
+        results.append(measure(trace, min_pieces, budgets))
+    text = format_report(results)
+    print(text)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "REPORT.md").write_text(text)
+        (args.out / "cuts.json").write_text(json.dumps(results, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
