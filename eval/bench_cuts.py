@@ -42,6 +42,7 @@ STATE_BYTES = 153_944_064  # one Qwen3.6-27B recurrent state at TP1 (docs/exact.
 SCR_SIDE_BYTES = 12 * 30_000 * 64 * 1024  # the authors' side buffer: 12 slots x 30,000 rows x 64 KiB
 OVERHEAD_TOKENS = (150, 260)  # per-forward cost in token-equivalents, fitted (module docstring)
 RADIX_CHUNK = 512
+GPU_CHUNK = 8192  # SGLang's chunked-prefill size on a large GPU: the baseline of the overhead fit
 
 
 def qwen_message_end() -> int:
@@ -110,7 +111,14 @@ def measure(trace: Path, min_pieces: list[int], budgets: list[int]) -> dict:
     questions = len({c.conversation for c in calls})
     end = qwen_message_end()
     arms: dict[str, dict] = {}
-    arms["radix (offline, 512)"] = summary(calls, radix_reuse(calls), None, questions)
+    radix = radix_reuse(calls)
+    arms["radix (offline, 512)"] = summary(calls, radix, None, questions)
+    # On a GPU radix reads in SGLang's default 8,192-token chunks: its forwards for the estimate.
+    forwards = sum(-(-(len(c.prompt_ids) - r) // GPU_CHUNK) for c, r in zip(calls, radix))
+    read = sum(len(c.prompt_ids) for c in calls) - sum(radix)
+    decode = sum(len(c.completion_ids) for c in calls)
+    arms["radix (offline, 512)"].update(forwards_per_question=forwards / questions, gpu_estimate_pflops_per_question=[
+        prefix_reuse_pflops(read + o * forwards, decode, BODY_PARAMS) / questions for o in OVERHEAD_TOKENS])
     grid = replay_arm(calls, piece=832, retain_every=6656)
     arms["exact"] = {**summary(calls, grid["reused"], grid["pieces"], questions),
                      "states_held": grid["states_held"]}
@@ -126,7 +134,7 @@ def measure(trace: Path, min_pieces: list[int], budgets: list[int]) -> dict:
     new, completions = floors(calls)
     prompt = sum(len(c.prompt_ids) for c in calls)
     decode = sum(len(c.completion_ids) for c in calls)
-    return {"trace": str(trace), "render": trace_render(trace), "calls": len(calls), "questions": questions,
+    return {"trace": str(trace), "render": trace_render(calls), "calls": len(calls), "questions": questions,
             "prompt_tokens": prompt, "arms": arms, "budget_curve": {"min_piece": min_pieces[0], "pflops": curve},
             "floor_pflops_per_question": prefix_reuse_pflops(new, decode, BODY_PARAMS) / questions,
             "exact_floor_pflops_per_question": prefix_reuse_pflops(new + completions, decode, BODY_PARAMS) / questions,

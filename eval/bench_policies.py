@@ -95,19 +95,34 @@ def trace_edited(calls) -> set[str]:
     return edited
 
 
-def exact_agreement(calls, events: dict[str, dict], run: str, piece: int = PIECE, retain: int = RETAIN) -> dict:
+def exact_agreement(calls, events: dict[str, dict], run: str, piece: int = PIECE, retain: int = RETAIN,
+                    config=None) -> dict:
     """Calls whose reuse under exact equals ``exact_cache.replay``'s prediction, replaying the
-    prompts in the order the server queued them (events' ``queued_ts``) with each event's cap."""
-    from exact_cache.replay import replay
+    prompts in the order the server queued them (events' ``queued_ts``) with each event's cap.
 
+    ``config``: the server's resolved ``ExactConfig`` (its start-up record: the cut rule and the
+    message-end id the launcher looked up); without it, the grid rule with ``piece`` and ``retain``."""
+    from exact_cache.replay import ReplayTree, replay_tree
+
+    tree = ReplayTree.for_config(config) if config is not None else ReplayTree(piece, retain)
     by_rid = {call.rid(run): call for call in calls}
     order = sorted((e for e in events.values() if e["rid"] in by_rid), key=lambda e: e["queued_ts"])
-    predicted = replay([by_rid[e["rid"]].prompt_ids for e in order], piece=piece, retain_every=retain,
-                       caps=[e.get("match_cap") for e in order])
+    predicted = replay_tree(tree, [by_rid[e["rid"]].prompt_ids for e in order], [e.get("match_cap") for e in order])
     differ = [{"rid": e["rid"], "served": e["prefix_reused"], "predicted": p}
               for e, p in zip(order, predicted) if e["prefix_reused"] != p]
     return {"calls": len(order), "equal": len(order) - len(differ), "differ": differ[:20],
             "share": (len(order) - len(differ)) / len(order) if order else 0.0}
+
+
+def served_exact_config(events_path: Path):
+    """The ``ExactConfig`` a server ran with, from the last start-up record of its events file."""
+    from exact_cache.config import ExactConfig
+    from policy.events import read_startups
+
+    startups = read_startups(str(events_path))
+    if not startups:
+        raise ValueError(f"{events_path}: no start-up record, so the exact settings it served are unknown")
+    return ExactConfig(**startups[-1]["settings"])
 
 
 def edited_shares(rows: list[dict], edited: set[str], run: str) -> dict[str, float]:
@@ -191,9 +206,8 @@ def run_arm(arm: Arm, model_dir: Path, calls, out: Path, concurrency: int, run: 
               "trace_sha256": trace_sha, "replay_s": round(wall, 1), "checks_failed": failures, "server_args": args,
               "fatal_lines": server.fatal_lines()[:5]}
     if arm.policy == "exact":
-        settings = bench_settings(arm)
-        result["exact_prediction"] = exact_agreement(calls, events, run, int(settings["piece_tokens"]),
-                                                     int(settings["retain_every"]))
+        result["exact_prediction"] = exact_agreement(calls, events, run,
+                                                     config=served_exact_config(out / "events.jsonl"))
     (out / "bench.json").write_text(json.dumps(result, indent=2) + "\n")
     return result
 
