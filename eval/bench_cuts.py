@@ -13,10 +13,11 @@ Per arm: prefix / read shares, PFLOPs per question (2·N_body·(read + decode), 
 forwards per question, the piece-length distribution, and a GPU estimate of what smaller pieces
 cost: each forward charged a fixed overhead of ``o`` token-equivalents, fitted to the exact
 cache's measured cold-read penalty for 832-token pieces (+16 % at 30 K tokens gives o ≈ 150, +27 %
-at 120 K gives o ≈ 260, against SGLang's 8,192-token chunks). It is an estimate from two
+at 120 K gives o ≈ 250, against SGLang's 8,192-token chunks). It is an estimate from two
 published points, not a measurement. Memory: the recurrent states the run keeps (no eviction)
 times a Qwen3.6-27B state (153,944,064 bytes, 48 GDN layers at TP1), and the curve of PFLOPs per
-question against a state budget (``ReplayTree``'s LRU model of SGLang's state pool).
+question against a state budget (``ReplayTree``'s LRU model of SGLang's state pool; the budget is
+per cache namespace, and synthesized traces have one).
 
 The lower bound printed beside exact: no policy that reuses only prompt prefixes can skip the
 tokens new to a conversation (the part of each prompt that is not a prefix of the previous prompt
@@ -40,7 +41,7 @@ from policy.tokens import common_prefix_len
 BODY_PARAMS = 24_353_201_664  # Qwen3.6-27B body parameters (eval/accounting/flops.py)
 STATE_BYTES = 153_944_064  # one Qwen3.6-27B recurrent state at TP1 (docs/exact.md §5.7)
 SCR_SIDE_BYTES = 12 * 30_000 * 64 * 1024  # the authors' side buffer: 12 slots x 30,000 rows x 64 KiB
-OVERHEAD_TOKENS = (150, 260)  # per-forward cost in token-equivalents, fitted (module docstring)
+OVERHEAD_TOKENS = (150, 250)  # per-forward cost in token-equivalents, fitted (module docstring)
 RADIX_CHUNK = 512
 GPU_CHUNK = 8192  # SGLang's chunked-prefill size on a large GPU: the baseline of the overhead fit
 
@@ -71,20 +72,21 @@ def replay_arm(calls, *, piece: int, retain_every: int, message_end: int | None 
 
 
 def floors(calls) -> tuple[int, int]:
-    """Tokens no prefix policy can skip (new to the conversation) and, of the rest, the previous
-    completion's tokens (exact re-reads them: it keeps nothing made while decoding)."""
-    previous: dict[str, tuple[list, list]] = {}
+    """Tokens no prefix policy can skip (new to the conversation: past the longest prefix shared
+    with any earlier prompt + completion of it, so a rollback to an older call counts as shared)
+    and, of the shared ones, those that came from a completion (exact re-reads them: it keeps
+    nothing made while decoding)."""
+    earlier: dict[str, list[tuple[list, list]]] = {}
     new = completions = 0
     for call in calls:
-        prior = previous.get(call.conversation)
-        if prior is None:
-            new += len(call.prompt_ids)
-        else:
-            before = list(prior[0]) + list(prior[1])
-            shared = common_prefix_len(call.prompt_ids, before)
-            new += len(call.prompt_ids) - shared
-            completions += max(0, min(shared, len(before)) - len(prior[0]))
-        previous[call.conversation] = (call.prompt_ids, call.completion_ids)
+        best, from_completion = 0, 0
+        for prompt, completion in earlier.get(call.conversation, []):
+            shared = common_prefix_len(call.prompt_ids, list(prompt) + list(completion))
+            if shared > best:
+                best, from_completion = shared, max(0, shared - len(prompt))
+        new += len(call.prompt_ids) - best
+        completions += from_completion
+        earlier.setdefault(call.conversation, []).append((call.prompt_ids, call.completion_ids))
     return new, completions
 
 
@@ -155,7 +157,7 @@ def format_report(results: list[dict]) -> str:
         lines += [f"## {result['render']} rendering: {result['trace']} ({result['calls']} calls, "
                   f"{result['questions']} questions, {result['prompt_tokens']:,} prompt tokens)", "",
                   "| arm | prefix / read | PFLOPs per question | ratio to radix | forwards per question | "
-                  "piece tokens p25 / median / p75 | pieces < 128 | GPU estimate (o = 150 / 260) | states held (GiB) |",
+                  f"piece tokens p25 / median / p75 | pieces < 128 | GPU estimate (o = {OVERHEAD_TOKENS[0]} / {OVERHEAD_TOKENS[1]}) | states held (GiB) |",
                   "|---|---|---:|---:|---:|---|---:|---|---:|"]
         for name, row in result["arms"].items():
             pf = row["pflops_per_question"]

@@ -37,6 +37,8 @@ class ExactConfig:
             raise ValueError(f"max_snapshots={self.max_snapshots}: must be >= 0 (0 = SGLang's pool sizing)")
         if not 1 <= self.min_piece <= self.piece_tokens:
             raise ValueError(f"min_piece={self.min_piece}: must be in [1, piece_tokens={self.piece_tokens}]")
+        if self.cut not in ("grid", "messages"):
+            raise ValueError(f"cut={self.cut!r}: must be grid or messages")
         if self.message_keeps < 0:
             raise ValueError(f"message_keeps={self.message_keeps}: must be >= 0 (0 = every message end)")
         if self.message_end_id < UNRESOLVED:

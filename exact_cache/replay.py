@@ -27,10 +27,11 @@ class ReplayTree:
         self.rule = CutRule(piece, message_end, min_piece)
         self.piece, self.retain_every, self.spec_drop = piece, retain_every, spec_drop
         self.message_keeps = message_keeps
-        self.texts: list[tuple[int, ...]] = []  # KV held: each a prefix of a served prompt
+        self.texts: list[tuple[int, ...]] = []  # KV held: each a prefix of a served prompt's tree keys
         # The token prefix before each snapshot, least recently used first; with ``max_snapshots``
         # the oldest go beyond the budget (a model of SGLang's LRU over state slots: the resumed
-        # and the new states are touched, and KV is never evicted).
+        # and the new states are touched, and KV is never evicted; unlike SGLang it does not lock
+        # the states of the read in progress, so a budget below one read's keeps is not modelled).
         self.snapshots: OrderedDict[tuple[int, ...], None] = OrderedDict()
         self.max_snapshots = max_snapshots
         self.evicted = 0
@@ -41,7 +42,7 @@ class ReplayTree:
         """The tree an ``ExactConfig`` builds (its message token id must be resolved)."""
         rule = config.cut_rule()
         return cls(config.piece_tokens, config.retain_every, config.spec_drop, message_end=rule.message_end,
-                   min_piece=rule.min_piece, message_keeps=config.message_keeps)
+                   min_piece=rule.min_piece, message_keeps=config.message_keeps, max_snapshots=config.max_snapshots)
 
     def serve(self, prompt: Sequence[int], cap: int | None = None) -> tuple[int, dict]:
         """Serve one prompt: returns (c*, keep points) and records what the read leaves behind.
@@ -49,24 +50,26 @@ class ReplayTree:
         ``cap``: SGLang matched no further than this (a request asking for prompt logprobs from
         ``logprob_start_len``; the event's ``match_cap``)."""
         prompt = tuple(prompt)
-        head = prompt[: len(prompt) - 1 if cap is None else min(cap, len(prompt) - 1)]
+        keys = self.rule.tree_keys(prompt, prompt)
+        keys = prompt if keys is None else tuple(keys)  # what the server's tree stores (rules.piece_keys)
+        head = keys[: len(prompt) - 1 if cap is None else min(cap, len(prompt) - 1)]
         matched = max((common_prefix_len(head, text) for text in self.texts), default=0)
         cut_list = self.rule.cuts(prompt)
         bound = bound_in(cut_list, matched, len(prompt), self.spec_drop)
-        depths = [d for d in cut_list if d <= bound and prompt[:d] in self.snapshots]
+        depths = [d for d in cut_list if d <= bound and keys[:d] in self.snapshots]
         resume = resume_point(bound, depths, cut_list)
         keep = keep_points_in(cut_list, len(prompt), resume, bound, self.retain_every, self.spec_drop,
                               self.rule.message_ends(prompt, cut_list), self.message_keeps)
         if resume:
-            self.snapshots.move_to_end(prompt[:resume])
+            self.snapshots.move_to_end(keys[:resume])
         for depth in keep:
-            self.snapshots[prompt[:depth]] = None
-            self.snapshots.move_to_end(prompt[:depth])
+            self.snapshots[keys[:depth]] = None
+            self.snapshots.move_to_end(keys[:depth])
         while self.max_snapshots and len(self.snapshots) > self.max_snapshots:
             self.snapshots.popitem(last=False)
             self.evicted += 1
         if keep:
-            self.texts.append(prompt[: max(keep)])
+            self.texts.append(keys[: max(keep)])
         bounds = [resume] + [c for c in cut_list if c > resume] + [len(prompt)]
         self.pieces.append(list(zip(bounds, bounds[1:])))
         return resume, keep

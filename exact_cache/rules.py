@@ -69,6 +69,14 @@ class CutRule:
             return cuts(len(tokens), self.piece)
         return message_cuts(tokens, self.piece, self.message_end, self.min_piece)
 
+    def tree_keys(self, prompt: Sequence[int], ids: Sequence[int]) -> list[int] | None:
+        """The keys under which the tree stores ``ids`` (a prefix of ``prompt``, or the prompt
+        followed by tokens it never caches), or None when the token ids themselves serve (the
+        grid rule: every piece the tree holds is a full ``[kB, (k+1)B)``, the same in every prompt)."""
+        if self.message_end is None:
+            return None
+        return piece_keys(ids, self.cuts(prompt), self.piece, len(prompt))
+
     def message_ends(self, tokens: Sequence[int], found: Sequence[int]) -> list[int]:
         """Those of the cuts ``found`` that follow a message end (none under the grid rule)."""
         if self.message_end is None:
@@ -95,6 +103,27 @@ def message_cuts(tokens: Sequence[int], piece: int, message_end: int, min_piece:
             found.append(position)
             last = position
     return found
+
+
+def piece_keys(ids: Sequence[int], cut_list: Sequence[int], piece: int, prompt_len: int) -> list[int]:
+    """Each token's tree key under variable pieces: the token and how many tokens are left to the
+    end of its piece, packed as ``token * (piece + 1) + left`` (``1 <= left <= piece``).
+
+    Why: a KV row's bits depend on the forward that wrote it, so two prompts may share a row only
+    when it was read in the same piece. The cut rule fixes where a piece starts from the tokens
+    before it, but not where it ends: a prompt that diverges inside a piece ends that piece
+    elsewhere, and its rows before the divergence differ in the last bit (softplus in a SIMD tail
+    on CPU). With the piece end in the key, the tree matches such rows only where the piece ends
+    agree, and SGLang's insert keeps both versions as branches. Positions past the prompt (a
+    retracted request's output, never cached by exact) get ``left = 0``, which no cached key has."""
+    keys: list[int] = []
+    start, scale = 0, piece + 1
+    for end in [c for c in cut_list if c < prompt_len] + [prompt_len]:
+        for position in range(start, min(end, len(ids))):
+            keys.append(ids[position] * scale + (end - position))
+        start = end
+    keys.extend(ids[position] * scale for position in range(prompt_len, len(ids)))
+    return keys
 
 
 def floor_cut(position: int, piece: int) -> int:

@@ -43,7 +43,7 @@ class ExactRadixCache(UnifiedRadixCache):
         req = params.req
         if req is None or self.executor is None or self.disable:
             return super().match_prefix(params)  # internal re-matches after an insert
-        key = params.key
+        key = self.keyed(req, params.key)
         matched, states = self.walk(key)
         try:
             resume = self.executor.plan_exact(req, matched, states).resume
@@ -59,6 +59,15 @@ class ExactRadixCache(UnifiedRadixCache):
                 f"{len(result.device_indices)} (snapshot depths on the path: {states})")
             self.executor.abort(req, "match", problem)
         return result
+
+    def keyed(self, req, key: RadixKey) -> RadixKey:
+        """``key`` under the tree's keys for ``req`` (``ExactPolicy.tree_keys``: with cut=messages
+        each token also names the end of the piece that reads it, so rows read by another piece
+        never match); unchanged under the grid rule."""
+        keys = self.executor.tree_keys(req, key.token_ids)
+        if keys is None:
+            return key
+        return RadixKey(keys, key.extra_key, limit=key.limit, is_bigram=key.is_bigram)
 
     def walk(self, key: RadixKey) -> tuple[int, tuple[int, ...]]:
         """Depth of the longest cached prefix of ``key`` and the snapshot depths along it.
@@ -92,7 +101,16 @@ class ExactRadixCache(UnifiedRadixCache):
             row = self.req_to_token_pool.req_to_token[req.req_pool_idx, :end]
             req.prefix_indices = row.to(dtype=torch.int64, copy=True)
             return None
-        super().cache_unfinished_req(req, chunked=chunked, **kwargs)
+        keys = self.executor.tree_keys(req, req.get_fill_ids())
+        if keys is None:
+            super().cache_unfinished_req(req, chunked=chunked, **kwargs)
+        else:
+            # SGLang builds the insert key from ``req.get_fill_ids()``: the tree's keys for this one call.
+            req.get_fill_ids = lambda: keys
+            try:
+                super().cache_unfinished_req(req, chunked=chunked, **kwargs)
+            finally:
+                del req.get_fill_ids
         self.executor.snapshot_written(req, end, kind)
         dump_dir = self.executor.policy.config.dump_snapshots
         if dump_dir:

@@ -100,6 +100,10 @@ class PolicyExecutor:
             self._failed(req, "plan", "cold_read", exc)
             return plan
 
+    def tree_keys(self, req, ids) -> list[int] | None:
+        """The exact tree's keys for ``ids`` of ``req`` (None: the token ids; ``ExactPolicy.tree_keys``)."""
+        return self.policy.tree_keys(self._tracked.prompt(req.rid, req.origin_input_ids), list(ids))
+
     def piece_done(self, req, end: int) -> str | None:
         """A prefill forward of ``req`` ended at ``end``: returns the snapshot kind to keep there, or
         None. A forward that is not the plan's next piece is logged (``OFF_PLAN_LOG``), counted in

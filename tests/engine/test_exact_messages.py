@@ -119,6 +119,21 @@ def test_an_edit_inside_a_message_and_a_short_message_merged(message_server, ref
     assert kinds[150] == kinds[240] == kinds[480] == "message" and kinds[304] == "periodic" and 440 not in kinds
 
 
+def test_a_prompt_diverging_inside_a_piece_does_not_reuse_rows_read_in_a_shorter_one(message_server, reference):
+    """Message 1 (150..168) is 18 tokens; the edit keeps 17 of them and lengthens the message to 24
+    tokens. Both prompts start a piece at 150, but it ends at 168 in the first and at 174 in the
+    second, so rows 150-166 differ in the last bit between the two reads (on CPU the GDN gates of
+    an 18-row piece put row 166 in the SIMD tail, of a 24-row piece in the body). The edit resumes
+    at 150 and must keep its own rows: the tree's keys name each row's piece end
+    (``exact_cache.rules.piece_keys``), so the first prompt's rows 150-166 never match."""
+    im = message_server.im_end
+    base = messages(im, (350, 150), (351, 18), (352, 200))
+    edited = base[:167] + prompt_ids(353, 6) + [im] + base[168:]
+    warm, events = serve_and_compare(message_server, [base, edited], reference, "straddle")
+    assert [w["cached_tokens"] for w in warm] == [0, 150]
+    assert events["straddle.w1"]["pieces"][0] == [150, 174]
+
+
 def test_turns_append_the_answer_and_a_new_message(message_server, reference):
     """A conversation of three turns: each appends the previous answer (closed by the end token,
     as the chat template closes it) and a new message."""

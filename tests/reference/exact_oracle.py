@@ -10,7 +10,8 @@ to agree with:
   the message rule (``message_end`` set), walking d upward: ``d`` is a cut when B tokens passed
   since the last cut, or ``P[d-1]`` ends a message and at least ``min_piece`` tokens passed;
 * matched depth ``m``: the longest prefix of ``P[0 : |P|-1]`` (or of ``P[0 : cap]``) that is a
-  prefix of some cached text;
+  prefix of some cached text; with the message rule a cached position matches only when its
+  token *and* the end of the piece that read it agree (a KV row depends on its forward);
 * bound ``A``: the largest cut ``<= m`` (0 if none), one piece lower when ``S = 1``, never below 0;
 * resume point ``c*``: the deepest cut ``d <= A`` of P whose prefix ``P[0:d]`` holds a snapshot
   (0 if none);
@@ -52,13 +53,23 @@ class ExactOracle:
                 last = d
         return found
 
+    def labelled(self, prompt: tuple, cuts: list[int]) -> tuple:
+        """Each position as (token, end of its piece) under the message rule; the tokens otherwise."""
+        if self.message_end is None:
+            return prompt
+        out = []
+        for i, token in enumerate(prompt):
+            out.append((token, min([c for c in cuts if c > i], default=len(prompt))))
+        return tuple(out)
+
     def serve(self, prompt, cap: int | None = None) -> tuple[int, list[int]]:
         """Serve one prompt: ``(c*, keep points)``, and remember what its read leaves behind."""
         prompt = tuple(prompt)
         n, S = len(prompt), self.spec_drop
-        visible = n - 1 if cap is None else min(cap, n - 1)
-        m = self.matched(prompt[:visible])
         cuts = self.cuts(prompt)
+        seen = self.labelled(prompt, cuts)
+        visible = n - 1 if cap is None else min(cap, n - 1)
+        m = self.matched(seen[:visible])
 
         def before(d):
             return max([c for c in cuts if c < d], default=0)
@@ -66,7 +77,8 @@ class ExactOracle:
         bound = max([c for c in cuts if c <= m], default=0)
         if S and bound:
             bound = before(bound)
-        resume = max([d for d in cuts if d <= bound and prompt[:d] in self.snapshots], default=0)
+        resume = max([d for d in range(1, bound + 1) if seen[:d] in self.snapshots], default=0)
+        assert resume == 0 or resume in cuts, "a state at a depth that is not this prompt's cut"
         end = max(cuts, default=0)
         keep = {min([c for c in cuts if c >= k], default=0) for k in range(self.retain_every, n, self.retain_every)}
         keep |= {end} | ({before(end)} if S and end else set())
@@ -76,8 +88,8 @@ class ExactOracle:
         keep |= set(messages[-self.message_keeps:] if self.message_keeps else messages)
         kept = sorted(d for d in keep if d > resume)
         for depth in kept:
-            self.snapshots.add(prompt[:depth])
-            self.texts.append(prompt[:depth])
+            self.snapshots.add(seen[:depth])
+            self.texts.append(seen[:depth])
         return resume, kept
 
 

@@ -16,6 +16,7 @@ from exact_cache.policy import ExactPolicy
 from exact_cache.replay import ReplayTree, replay
 from exact_cache.rules import CutRule, KeepKind, keep_points_in, message_cuts, pieces_in, resume_point
 from policy.api import Arrival
+from policy.tokens import common_prefix_len
 from tests.reference.exact_oracle import ExactOracle, expected_reuse
 
 B, M = 8, 9  # piece, message-end token
@@ -226,13 +227,25 @@ def test_replay_records_the_pieces_of_each_read():
     assert tree.pieces == [[(0, 5), (5, 10), (10, 15)]]
 
 
-def test_a_row_two_prompts_share_up_to_a_cut_is_read_by_the_same_piece_in_both():
-    """What the tree needs (it keeps one KV row per token path): when Q shares [0, d) with P and c
-    <= d is a cut of Q (Q keeps a state there and inserts [0, c)), P read [0, c) in the very same
-    pieces, so the rows the tree already holds from P are the rows Q's cold read would write. A
-    rule that cut *at* a message-opening token broke this for c = d (the divergence point)."""
+def piece_of(cuts: list[int], length: int, row: int) -> tuple[int, int]:
+    bounds = [0] + cuts + [length]
+    return next((a, b) for a, b in zip(bounds, bounds[1:]) if a <= row < b)
+
+
+def test_tree_keys_share_a_row_only_when_both_prompts_read_it_in_the_same_piece():
+    """What the tree needs (one KV row per key path): two prompts share a row's key only when the
+    row was read by the same piece (start and end) in both, and they still share every row before
+    the last cut at or below their common token prefix. Cut starts alone are not enough: the piece
+    around the divergence ends elsewhere in each prompt (the review's counterexample: P0 cuts 6 and
+    13, P1 = P0[:8] + ... cuts 6 and 10; rows 6-7 were read in [6, 13) by one and [6, 10) by the
+    other, and would differ in the last bit)."""
+    rule = CutRule(B, M, 1)
+    p0 = [0, 1, 2, 0, 1, M, 2, 2, 0, 1, 0, 1, M, 0, 0]
+    p1 = p0[:8] + [2, M, 1, 1]
+    assert (rule.cuts(p0), rule.cuts(p1)) == ([6, 13], [6, 10])
+    k0, k1 = rule.tree_keys(p0, p0), rule.tree_keys(p1, p1)
+    assert common_prefix_len(k0, k1) == 6  # not 8: rows 6 and 7 are not shared
     rng = random.Random(11)
-    at_divergence = 0
     for _ in range(3000):
         p = [rng.choice([0, 1, M]) for _ in range(rng.randint(2, 40))]
         d = rng.randint(1, len(p) - 1)
@@ -240,12 +253,17 @@ def test_a_row_two_prompts_share_up_to_a_cut_is_read_by_the_same_piece_in_both()
         if q[d] == p[d]:
             continue
         min_piece = rng.randint(1, B)
-        p_cuts, q_cuts = message_cuts(p, B, M, min_piece), message_cuts(q, B, M, min_piece)
-        for c in (c for c in q_cuts if c <= d):
-            assert c in p_cuts
-            assert [x for x in p_cuts if x <= c] == [x for x in q_cuts if x <= c]
-            at_divergence += c == d
-    assert at_divergence > 200
+        rule = CutRule(B, M, min_piece)
+        shared = common_prefix_len(rule.tree_keys(p, p), rule.tree_keys(q, q))
+        p_cuts, q_cuts = rule.cuts(p), rule.cuts(q)
+        for row in range(shared):
+            assert piece_of(p_cuts, len(p), row) == piece_of(q_cuts, len(q), row)
+        assert shared >= max([c for c in q_cuts if c <= d], default=0)
+        assert rule.tree_keys(p, p[:d]) == rule.tree_keys(p, p)[:d]  # a prefix's keys are the prompt's
+
+
+def test_grid_tree_keys_are_the_tokens():
+    assert CutRule(B).tree_keys([1, 2, 3], [1, 2]) is None
 
 
 def test_replay_with_a_snapshot_budget_evicts_the_least_recently_used():
