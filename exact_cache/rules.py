@@ -17,8 +17,8 @@ Both rules decide a cut c from ``P[0 : c]`` alone, the tokens before it. So two 
 ``[0, d)`` have the same cuts at every position up to d, including d itself: a cold read and a
 resumed read run the same pieces. The piece around d may still end elsewhere in each prompt, so
 under the message rule the tree's key of a token also names its piece end (``piece_keys``), and
-a KV row is shared only between prompts that read it in the same piece (docs/exact.md §2.1,
-restated for variable pieces in §5.3). A rule that
+a KV row is shared only between prompts that read it in the same piece (docs/exact.md §2.1;
+for variable pieces docs/exact.md §5.3). A rule that
 looked at ``P[c]`` (a cut *at* ``<|im_start|>``) would not do: a prompt that diverges exactly at
 c would cut there and the cached one would not, and the tree would hand the new prompt rows that
 the old one read in a longer piece (measured: warm and cold logprobs one ulp apart).
