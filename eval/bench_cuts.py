@@ -33,12 +33,14 @@ import statistics
 import sys
 from pathlib import Path
 
-from eval.accounting.flops import prefix_reuse_pflops
+from eval.accounting.flops import QWEN36_27B, n_body, prefix_reuse_pflops
 from eval.traces.format import read_trace, trace_render
+from exact_cache.config import ExactConfig
 from exact_cache.replay import ReplayTree
 from policy.tokens import common_prefix_len
 
-BODY_PARAMS = 24_353_201_664  # Qwen3.6-27B body parameters (eval/accounting/flops.py)
+BODY_PARAMS = n_body(QWEN36_27B)  # 24,353,201,664 (eval/accounting/flops.py)
+PIECE, RETAIN = ExactConfig().piece_tokens, ExactConfig().retain_every  # exact's defaults: 832, 6,656
 STATE_BYTES = 153_944_064  # one Qwen3.6-27B recurrent state at TP1 (docs/exact.md §5.7)
 SCR_SIDE_BYTES = 12 * 30_000 * 64 * 1024  # the authors' side buffer: 12 slots x 30,000 rows x 64 KiB
 OVERHEAD_TOKENS = (150, 250)  # per-forward cost in token-equivalents, fitted (module docstring)
@@ -90,7 +92,9 @@ def floors(calls) -> tuple[int, int]:
     return new, completions
 
 
-def summary(calls, reused: list[int], pieces: list | None, questions: int) -> dict:
+def summary(calls, reused: list[int], pieces: list | None, questions: int, forwards: int | None = None) -> dict:
+    """Shares and PFLOPs per question; with ``pieces`` (or a forward count) the forwards, the piece
+    lengths and the GPU estimate."""
     prompt = sum(len(c.prompt_ids) for c in calls)
     decode = sum(len(c.completion_ids) for c in calls)
     read = prompt - sum(reused)
@@ -99,10 +103,11 @@ def summary(calls, reused: list[int], pieces: list | None, questions: int) -> di
     if pieces is not None:
         lengths = [b - a for call_pieces in pieces for a, b in call_pieces]
         forwards = len(lengths)
-        row["forwards_per_question"] = forwards / questions
         quartiles = statistics.quantiles(lengths, n=4) if len(lengths) > 1 else [lengths[0]] * 3
         row["piece_p25_median_p75"] = [round(q) for q in quartiles]
         row["pieces_under_128"] = sum(n < 128 for n in lengths) / forwards
+    if forwards is not None:
+        row["forwards_per_question"] = forwards / questions
         row["gpu_estimate_pflops_per_question"] = [
             prefix_reuse_pflops(read + o * forwards, decode, BODY_PARAMS) / questions for o in OVERHEAD_TOKENS]
     return row
@@ -114,23 +119,19 @@ def measure(trace: Path, min_pieces: list[int], budgets: list[int]) -> dict:
     end = qwen_message_end()
     arms: dict[str, dict] = {}
     radix = radix_reuse(calls)
-    arms["radix (offline, 512)"] = summary(calls, radix, None, questions)
     # On a GPU radix reads in SGLang's default 8,192-token chunks: its forwards for the estimate.
-    forwards = sum(-(-(len(c.prompt_ids) - r) // GPU_CHUNK) for c, r in zip(calls, radix))
-    read = sum(len(c.prompt_ids) for c in calls) - sum(radix)
-    decode = sum(len(c.completion_ids) for c in calls)
-    arms["radix (offline, 512)"].update(forwards_per_question=forwards / questions, gpu_estimate_pflops_per_question=[
-        prefix_reuse_pflops(read + o * forwards, decode, BODY_PARAMS) / questions for o in OVERHEAD_TOKENS])
-    grid = replay_arm(calls, piece=832, retain_every=6656)
+    radix_forwards = sum(-(-(len(c.prompt_ids) - r) // GPU_CHUNK) for c, r in zip(calls, radix))
+    arms["radix (offline, 512)"] = summary(calls, radix, None, questions, forwards=radix_forwards)
+    grid = replay_arm(calls, piece=PIECE, retain_every=RETAIN)
     arms["exact"] = {**summary(calls, grid["reused"], grid["pieces"], questions),
                      "states_held": grid["states_held"]}
     for min_piece in min_pieces:
-        run = replay_arm(calls, piece=832, retain_every=6656, message_end=end, min_piece=min_piece)
+        run = replay_arm(calls, piece=PIECE, retain_every=RETAIN, message_end=end, min_piece=min_piece)
         arms[f"exact cut=messages min_piece={min_piece}"] = {
             **summary(calls, run["reused"], run["pieces"], questions), "states_held": run["states_held"]}
     curve = {}
     for budget in budgets:
-        run = replay_arm(calls, piece=832, retain_every=6656, message_end=end, min_piece=min_pieces[0],
+        run = replay_arm(calls, piece=PIECE, retain_every=RETAIN, message_end=end, min_piece=min_pieces[0],
                          max_snapshots=budget)
         curve[budget] = summary(calls, run["reused"], None, questions)["pflops_per_question"]
     new, completions = floors(calls)

@@ -37,7 +37,7 @@ class ExactPolicy(PolicyDefaults):
                 steps.append(Snapshot(end, keep[end].value))
         return Plan(rid=arrival.rid, resume=resume, steps=tuple(steps))
 
-    def tree_keys(self, prompt: tuple[int, ...], ids) -> list[int] | None:
+    def tree_keys(self, prompt, ids) -> list[int] | None:
         """The tree's keys for ``ids`` (a prefix of ``prompt``, or longer), or None: the token ids
         (``rules.CutRule.tree_keys``; with cut=messages a key also names its piece end)."""
         rule = self.rule or self.config.cut_rule()

@@ -1,4 +1,4 @@
-"""``replay``: what the exact cache reuses for each prompt of a sequence, without eviction.
+"""``replay``: what the exact cache reuses for each prompt of a sequence (no eviction unless a model budget is given).
 
 A model of the server's tree, independent of SGLang: for each served prompt P it holds
   * KV for ``P[0:d]`` where d is P's deepest keep point (the server inserts at keep points only;
@@ -39,10 +39,11 @@ class ReplayTree:
 
     @classmethod
     def for_config(cls, config) -> "ReplayTree":
-        """The tree an ``ExactConfig`` builds (its message token id must be resolved)."""
+        """The tree an ``ExactConfig`` builds (its message-end id must be resolved), without eviction:
+        the LRU budget is a model for estimates, not SGLang's pool, so predictions never use it."""
         rule = config.cut_rule()
         return cls(config.piece_tokens, config.retain_every, config.spec_drop, message_end=rule.message_end,
-                   min_piece=rule.min_piece, message_keeps=config.message_keeps, max_snapshots=config.max_snapshots)
+                   min_piece=rule.min_piece, message_keeps=config.message_keeps)
 
     def serve(self, prompt: Sequence[int], cap: int | None = None) -> tuple[int, dict]:
         """Serve one prompt: returns (c*, keep points) and records what the read leaves behind.

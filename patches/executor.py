@@ -102,7 +102,7 @@ class PolicyExecutor:
 
     def tree_keys(self, req, ids) -> list[int] | None:
         """The exact tree's keys for ``ids`` of ``req`` (None: the token ids; ``ExactPolicy.tree_keys``)."""
-        return self.policy.tree_keys(self._tracked.prompt(req.rid, req.origin_input_ids), list(ids))
+        return self.policy.tree_keys(req.origin_input_ids, ids)  # no copies: called at every match
 
     def piece_done(self, req, end: int) -> str | None:
         """A prefill forward of ``req`` ended at ``end``: returns the snapshot kind to keep there, or
