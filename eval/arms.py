@@ -14,10 +14,11 @@ arm, never a silent default: ``scr-notree=scr:relocated_in_tree=0`` beside ``scr
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable, Sequence
 
 from policy import registry
+from serving import profile as serving_profile
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
 DEFAULT_ARMS = ("radix=radix", "exact=exact", "scr=scr")
@@ -33,6 +34,9 @@ class Arm:
     policy: str
     settings: tuple[tuple[str, str], ...] = ()
     concurrency: int | None = None  # set by ``sweep``
+    # The SGLang settings every arm shares (``serving/profile.py``); one value for all arms of a
+    # run (``with_profile``), recorded with each result.
+    serving_profile: str = serving_profile.DEFAULT
 
     def setting(self, key: str, default: str | None = None) -> str | None:
         return dict(self.settings).get(key, default)
@@ -89,8 +93,17 @@ def parse_concurrency(text: str) -> list[int]:
 def sweep(arms: Sequence[Arm], concurrencies: Sequence[int]) -> list[Arm]:
     """Every arm at every concurrency (names suffixed ``@cN`` when there is more than one)."""
     several = len(concurrencies) > 1
-    return [Arm(f"{arm.name}@c{c}" if several else arm.name, arm.policy, arm.settings, c)
+    return [replace(arm, name=f"{arm.name}@c{c}" if several else arm.name, concurrency=c)
             for c in concurrencies for arm in arms]
+
+
+def with_profile(arms: Sequence[Arm], name: str) -> list[Arm]:
+    """Every arm served with the serving profile ``name`` (``ArmError`` for an unknown one)."""
+    try:
+        serving_profile.get(name)
+    except serving_profile.ProfileError as exc:
+        raise ArmError(str(exc)) from None
+    return [replace(arm, serving_profile=name) for arm in arms]
 
 
 def baseline(arms: Sequence[Arm]) -> Arm:

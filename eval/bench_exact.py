@@ -27,6 +27,7 @@ from pathlib import Path
 
 from eval.server import ServerProcess, output_record
 from eval.tiny_model import cached_build
+from serving.profile import PROFILES
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -96,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="exact's retained-state interval R")
     parser.add_argument("--repeats", type=int_at_least(1), default=3, metavar="K",
                         help="runs per measurement; the median is printed")
+    parser.add_argument("--serving-profile", default="matched", choices=list(PROFILES),
+                        help="the SGLang settings both servers share (serving/profile.py; default matched)")
     parser.add_argument("--out", type=Path, default=ROOT / ".artifacts" / "bench-exact", metavar="DIR",
                         help="output directory (the two server logs)")
     parser.add_argument("server_args", nargs="*", metavar="SGLANG_FLAG",
@@ -104,8 +107,10 @@ def main(argv: list[str] | None = None) -> int:
     model = args.model or cached_build(ROOT / ".artifacts")
     rng = random.Random(0)
     prompt = [rng.randrange(10, 400) for _ in range(args.context)]
+    # Both servers share one serving profile (serving/profile.py): the same recurrent-state strategy
+    # (no_buffer, which SGLang accepts only with overlap scheduling off), kernels and graphs.
     common = ["--max-total-tokens", str(2 * args.context + 1024), "--max-running-requests", "1",
-              "--mamba-radix-cache-strategy", "no_buffer", *args.server_args]
+              "--serving-profile", args.serving_profile, *args.server_args]
 
     print(f"[bench] {model.name}: {args.context}-token prompt, B={args.piece}, R={args.retain}, "
           f"median of {args.repeats}", flush=True)

@@ -39,8 +39,9 @@ import time
 from pathlib import Path
 
 from eval.accounting.causes import attribute, classify, relocation_read_bound, session_use
-from eval.arms import Arm, ArmError, baseline, parse_arms, parse_concurrency, sweep
+from eval.arms import Arm, ArmError, baseline, parse_arms, parse_concurrency, sweep, with_profile
 from eval.server import ServerProcess, wait_for_events
+from serving.profile import DEFAULT as SERVING_PROFILE_DEFAULT, PROFILES
 
 ROOT = Path(__file__).resolve().parents[1]
 PROG = "python -m eval.bench_policies"
@@ -78,7 +79,8 @@ def serving_args(arm: Arm | str, context_len: int, pool_tokens: int, concurrency
     return ["--context-length", str(context_len), "--max-total-tokens", str(pool_tokens),
             "--max-running-requests", str(max(2, concurrency)), "--max-mamba-cache-size", "4096",
             "--skip-server-warmup", "--cache-policy", arm.policy, "--chunked-prefill-size", chunk,
-            *(arg for key, value in settings.items() for arg in ("--cache-policy-set", f"{key}={value}"))]
+            *(arg for key, value in settings.items() for arg in ("--cache-policy-set", f"{key}={value}")),
+            "--serving-profile", arm.serving_profile]
 
 
 def trace_edited(calls) -> set[str]:
@@ -203,7 +205,7 @@ def run_arm(arm: Arm, model_dir: Path, calls, out: Path, concurrency: int, run: 
         server.stop()
     rows, failures = ingest(out / "events.jsonl", out / "report", client_path=out / "client.jsonl", policy=arm.policy)
     result = {"arm": arm.name, "policy": arm.policy, "settings": dict(arm.settings), "concurrency": concurrency,
-              "trace_sha256": trace_sha, "replay_s": round(wall, 1), "checks_failed": failures, "server_args": args,
+              "serving_profile": arm.serving_profile, "trace_sha256": trace_sha, "replay_s": round(wall, 1), "checks_failed": failures, "server_args": args,
               "fatal_lines": server.fatal_lines()[:5]}
     if arm.policy == "exact":
         result["exact_prediction"] = exact_agreement(calls, events, run,
@@ -404,6 +406,9 @@ def main(argv: list[str] | None = None) -> int:
                         "default: radix, exact and scr with their defaults (eval/arms.py)")
     parser.add_argument("--concurrency", default="4", metavar="N[,N...]",
                         help="conversations in flight; a list (1,4) runs every arm at each (default 4)")
+    parser.add_argument("--serving-profile", default=SERVING_PROFILE_DEFAULT, choices=list(PROFILES), metavar="NAME",
+                        help="the SGLang settings every arm shares (serving/profile.py: matched, matched-graphs, "
+                        f"none; default {SERVING_PROFILE_DEFAULT})")
     parser.add_argument("--resume", action="store_true",
                         help="do not serve again an arm whose folder holds a finished result measured on the same "
                         "trace with the same server arguments and every check passed")
@@ -414,6 +419,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give --policies or --arm, not both")
     try:
         arms = parse_arms(args.arm or ([f"{p}={p}" for p in args.policies] if args.policies else None))
+        arms = with_profile(arms, args.serving_profile)
         concurrencies = parse_concurrency(args.concurrency)
     except ArmError as exc:
         parser.error(str(exc))

@@ -12,7 +12,33 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from policy.api import CHECKPOINT_QUANTIZATION
+
 DETERMINISTIC_ATTENTION = ("triton",)  # tiles keys from absolute position 0 (fa3's invariance is unverified)
+
+
+# Weight and KV formats whose kernels SGLang 0.5.16's deterministic mode makes batch-invariant
+# (its batch-invariant ops cover dense bf16/fp16/fp32 matmuls; fp8/int4/nvfp4 GEMMs pick tiles and
+# split-K by batch size, so a cached read would not be bit-identical to a cold one).
+UNQUANTIZED = (None, "", "auto", "none")
+EXACT_KV_DTYPES = ("auto", "bfloat16", "float16", "float32", None)
+
+
+def weight_format_problems(settings: Mapping[str, object]) -> list[str]:
+    """Quantized weights or KV cache, from the command line or the checkpoint's own config
+    (``settings[CHECKPOINT_QUANTIZATION]``, which the launcher reads from ``config.json``)."""
+    problems = []
+    for source, method in (("--quantization", settings.get("quantization")),
+                           ("the checkpoint's quantization_config", settings.get(CHECKPOINT_QUANTIZATION))):
+        if method not in UNQUANTIZED:
+            problems.append(
+                f"quantized weights ({source} {method}): their matrix kernels are not batch-invariant, so a "
+                "cached read would differ from a cold one; serve a bf16 checkpoint without --quantization")
+    kv = settings.get("kv_cache_dtype")
+    if kv not in EXACT_KV_DTYPES:
+        problems.append(f"--kv-cache-dtype {kv}: quantized KV rows are read by kernels outside SGLang's "
+                        "deterministic set; use --kv-cache-dtype auto")
+    return problems
 
 
 TRITON_ALIGN_ENV = "SGLANG_TRITON_PREFILL_TRUNCATION_ALIGN_SIZE"
@@ -23,7 +49,7 @@ def invariance_problems(
     settings: Mapping[str, object], env: Mapping[str, str], on_cuda: bool, piece_tokens: int
 ) -> list[str]:
     """Each setting that breaks exactness, as a message naming the flag to change."""
-    problems = []
+    problems = weight_format_problems(settings)
     ssm_dtype = env.get("SGLANG_MAMBA_SSM_DTYPE") or settings.get("mamba_ssm_dtype")
     if ssm_dtype not in (None, "float32"):
         problems.append(f"the recurrent state must stay fp32: drop --mamba-ssm-dtype / SGLANG_MAMBA_SSM_DTYPE ({ssm_dtype})")

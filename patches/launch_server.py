@@ -15,7 +15,8 @@ import os
 import sys
 
 from policy import registry
-from serving import launch_args, refusals
+from policy.api import CHECKPOINT_QUANTIZATION
+from serving import checkpoint, launch_args, profile, refusals
 from serving.event_writer import write_startup_record
 from serving.launch_args import LaunchError, add_server_defaults, apply_server_settings, snapshot_settings
 
@@ -63,12 +64,35 @@ def resolve_token_settings(lookups: dict[str, str], argv: list[str]) -> dict[str
     return launch_args.token_ids(lookups, tokenizer)
 
 
+def with_profile(spec: registry.PolicySpec, argv: list[str], sglang_argv: list[str],
+                 cuda: bool) -> tuple[profile.ServingProfile, list[str], dict[str, str]]:
+    """The ``--serving-profile`` of ``argv`` added to ``sglang_argv`` for a server on CUDA or CPU,
+    and the environment it sets; exits with status 2 when the command line or the environment
+    contradicts it."""
+    parser = build_parser()
+    args, _ = parser.parse_known_args(argv)
+    chosen = profile.get(args.serving_profile)
+    try:
+        out = launch_args.apply_profile(chosen, spec.policy, spec.build().server_settings(), sglang_argv, cuda)
+        clash = profile.env_problems(chosen, os.environ, cuda)
+        if clash:
+            raise LaunchError(f"--serving-profile {chosen.name}: " + "; ".join(clash))
+    except LaunchError as exc:
+        parser.error(str(exc))
+    return chosen, out, chosen.environment(cuda)
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     spec, sglang_argv = parse(argv)
+    cuda = launch_args.on_cuda(sglang_argv, _torch_sees_a_gpu)
+    chosen, sglang_argv, profile_env = with_profile(spec, argv, sglang_argv, cuda)
+    os.environ.update(profile_env)  # inherited by every SGLang process
     os.environ[registry.SPEC_ENV] = spec.to_json()
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s")
     logger.info("cache policy %s, config %s, events %s", spec.policy, spec.config, spec.events_path)
+    logger.info("serving profile %s on %s: %s%s", chosen.name, "CUDA" if cuda else "CPU",
+                chosen.settings(cuda) or "nothing added", f", environment {profile_env}" if profile_env else "")
     _pass_trace_path(argv)
 
     from sglang.srt.plugins import load_plugins
@@ -88,8 +112,8 @@ def main(argv: list[str] | None = None) -> None:
     from patches import validation  # the body schemas, served for clients that fuzz them
 
     validation.serve_schema(app)
-    _refuse_unsafe_settings(spec, server_args)
-    write_startup_record(spec.events_path, spec.policy, spec.config, sglang_argv)
+    _refuse_unsafe_settings(spec, server_args, chosen, cuda)
+    write_startup_record(spec.events_path, spec.policy, spec.config, sglang_argv, chosen.name)
     refusal = refusals.open_channel()
     try:
         run_server(server_args)
@@ -125,13 +149,24 @@ def _exit_if_refused(path: str, policy: str) -> None:
         os._exit(2)
 
 
-def _refuse_unsafe_settings(spec: registry.PolicySpec, server_args) -> None:
-    """Exit with status 2 when the resolved server settings break what the policy guarantees."""
+def _torch_sees_a_gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _refuse_unsafe_settings(spec: registry.PolicySpec, server_args, chosen: profile.ServingProfile,
+                            cuda: bool) -> None:
+    """Exit with status 2 when the resolved server settings break what the policy guarantees, or
+    what the serving profile promises (SGLang may resolve a flag to something else)."""
     import torch
 
     policy = spec.build()
-    resolved = vars(server_args)
+    resolved = {**vars(server_args), CHECKPOINT_QUANTIZATION: checkpoint.quantization(
+        checkpoint.config_json(server_args.model_path, server_args.revision))}
     problems = launch_args.resolved_setting_problems(policy.server_settings(), resolved)
+    problems += [f"--serving-profile {chosen.name} {p}"
+                 for p in launch_args.resolved_setting_problems(chosen.settings(cuda), resolved)]
     problems += policy.startup_problems(resolved, dict(os.environ), torch.cuda.is_available())
     if problems:
         print(f"python -m patches.launch_server: error: --cache-policy {spec.policy} cannot guarantee its "

@@ -121,6 +121,12 @@ class CachePolicy(Protocol):
     def token_lookups(self) -> dict[str, str]: ...
 
 
+# ``startup_problems``' settings hold the resolved ``ServerArgs`` fields plus this one: the
+# checkpoint's declared quantization (``config.json``'s ``quant_method``, lower case; None when
+# unquantized or not on this machine), which SGLang reads only while loading the model.
+CHECKPOINT_QUANTIZATION = "checkpoint_quantization"
+
+
 class PolicyDefaults:
     """Defaults of the optional ``CachePolicy`` members: the policy needs nothing from SGLang."""
 

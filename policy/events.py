@@ -13,7 +13,8 @@ the last one in a file describes the server that is running. ``read_startups`` r
 | policy      | str   | the ``--cache-policy`` served                                          |
 | settings    | dict  | the policy's resolved config (defaults, ``KVREUSE_*``, command line)   |
 | versions    | dict  | ``sglang``, ``torch``, ``transformers``, ``overlay`` (this project); null if absent |
-| server_args | list  | the argv the launcher handed to SGLang (the policy's settings added)   |
+| server_args | list  | the argv the launcher handed to SGLang (the policy's and profile's settings added) |
+| serving_profile | str/null | the ``--serving-profile`` (``serving/profile.py``); null: written before profiles |
 | pid         | int   | the launcher's process id                                              |
 | ts          | float | unix time of the start                                                 |
 
@@ -107,10 +108,10 @@ class RequestEvent:
 
 
 def startup_record(policy: str, settings: dict, versions: dict, server_args: list[str], pid: int,
-                   ts: float) -> dict:
+                   ts: float, serving_profile: str | None = None) -> dict:
     """The start-up record of one server start (fields in the module docstring)."""
     return {"record": STARTUP, "policy": policy, "settings": settings, "versions": versions,
-            "server_args": list(server_args), "pid": pid, "ts": ts}
+            "server_args": list(server_args), "serving_profile": serving_profile, "pid": pid, "ts": ts}
 
 
 def _rows(path: str) -> Iterator[tuple[int, dict]]:

@@ -29,8 +29,10 @@ def write_startup(path: str, record: dict) -> None:
         writer.close()
 
 
-def write_startup_record(events_path: str | None, policy: str, config: dict, sglang_argv: list[str]) -> None:
+def write_startup_record(events_path: str | None, policy: str, config: dict, sglang_argv: list[str],
+                         serving_profile: str | None = None) -> None:
     """The launcher's start: with ``--cache-events``, append this start's record to the file."""
     if events_path is not None:
-        record = startup_record(policy, config, recorded_versions(), sglang_argv, os.getpid(), time.time())
+        record = startup_record(policy, config, recorded_versions(), sglang_argv, os.getpid(), time.time(),
+                                serving_profile)
         write_startup(events_path, record)

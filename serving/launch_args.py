@@ -12,7 +12,9 @@ import argparse
 import os
 import sys
 import textwrap
-from typing import Mapping
+from typing import Callable, Mapping
+
+from serving import profile
 
 PROG = "python -m patches.launch_server"
 
@@ -60,6 +62,11 @@ def build_parser(settings: Mapping[str, Mapping[str, object]]) -> argparse.Argum
     parser.add_argument("--cache-trace", default=None, metavar="FILE", help=(
         "Append each finished request's rid, cache salt, prompt and completion token ids to FILE, "
         "one JSON line per request (eval/traces/record.py reads it). Default: no trace file."))
+    parser.add_argument("--serving-profile", default=profile.DEFAULT, choices=list(profile.PROFILES),
+                        metavar="NAME", help=(
+        "The SGLang settings every arm of a comparison shares (serving/profile.py), added to the "
+        "command line like a policy's: " + "; ".join(f"{p.name}: {p.summary}" for p in profile.PROFILES.values())
+        + f". Default: {profile.DEFAULT}."))
     parser.add_argument("-h", "--help", action="help", help="Show this help and exit.")
     parser.add_argument("--help-sglang", nargs=0, action=_SglangHelp, help=(
         "Show sglang.launch_server's own help (about 2,000 lines; importing SGLang takes about "
@@ -101,28 +108,56 @@ def given(argv: list[str], flag: str) -> tuple[bool, str | None]:
     return False, None
 
 
-def apply_server_settings(policy_name: str, settings: dict, argv: list[str]) -> list[str]:
+def apply_server_settings(policy_name: str, settings: dict, argv: list[str], source: str | None = None) -> list[str]:
     """Add the SGLang settings a policy needs to ``argv``; a conflicting user value is an error.
 
-    ``settings`` maps ServerArgs fields to values; True/False are store_true flags.
+    ``settings`` maps ServerArgs fields to values; True/False are store_true flags. ``source``
+    names who requires them in the error (default ``--cache-policy NAME``).
     """
+    source = source or f"--cache-policy {policy_name}"
     out = list(argv)
     for field, value in settings.items():
         name = flag(field)
         present, value_given = given(argv, name)
         if isinstance(value, bool):
             if present and not value:
-                raise LaunchError(f"--cache-policy {policy_name} cannot run with {name}")
+                raise LaunchError(f"{source} cannot run with {name}")
             if value and not present:
                 out.append(name)
             continue
         if present and value_given != str(value):
             raise LaunchError(
-                f"--cache-policy {policy_name} needs {name} {value}; the command line gives {name} {value_given}"
+                f"{source} needs {name} {value}; the command line gives {name} {value_given}"
             )
         if not present:
             out += [name, str(value)]
     return out
+
+
+def on_cuda(argv: list[str], cuda_available: Callable[[], bool]) -> bool:
+    """Whether the server will run on CUDA: ``--device`` when given, else what SGLang picks
+    (CUDA when torch sees a GPU; ``cuda_available`` is only called then)."""
+    present, device = given(argv, "--device")
+    if present and device:
+        return device.split(":")[0] == "cuda"
+    return cuda_available()
+
+
+def apply_profile(chosen: profile.ServingProfile, policy_name: str, policy_settings: Mapping[str, object],
+                  argv: list[str], cuda: bool) -> list[str]:
+    """Add the serving profile's settings to ``argv`` (after the policy's). A profile that
+    contradicts the policy's needs is a defect (tested for every policy); a command line that
+    contradicts the profile is a usage error that names ``--serving-profile none`` as the way out."""
+    clash = profile.conflicts(chosen, policy_settings, cuda)
+    if clash:
+        raise LaunchError(f"--serving-profile {chosen.name} contradicts --cache-policy {policy_name}: "
+                          + "; ".join(clash))
+    try:
+        return apply_server_settings(policy_name, chosen.settings(cuda), argv,
+                                     source=f"--serving-profile {chosen.name} (every arm's shared settings)")
+    except LaunchError as exc:
+        raise LaunchError(f"{exc}. Drop the flag, or pass --serving-profile none to serve without "
+                          "the shared settings (the server is then not comparable with other arms)") from None
 
 
 def add_server_defaults(defaults: dict, argv: list[str]) -> list[str]:

@@ -17,6 +17,7 @@ import subprocess
 from pathlib import Path
 
 from eval import render as render_mod
+from serving import profile as serving_profile
 from eval.bcp import journal as journal_mod
 
 MANIFEST = "manifest.json"
@@ -25,9 +26,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # Server settings that must be equal across the arms of a comparison; the others are recorded and
 # shown, since a policy legitimately brings its own (the exact launcher sets chunked prefill etc.).
-SERVER_KEYS_MUST_MATCH = ("model_path", "served_model_name", "dtype", "kv_cache_dtype", "context_length",
-                          "tp_size", "dp_size", "tool_call_parser", "reasoning_parser", "chat_template",
-                          "mamba_ssm_dtype", "device", "sampling_backend", "revision")
+# Every field a serving profile sets is among them (``serving/profile.py``): kernels, sampling,
+# graphs, overlap, page size and the recurrent-state strategy must not differ between arms.
+SERVER_KEYS_MUST_MATCH = tuple(dict.fromkeys((
+    "model_path", "served_model_name", "dtype", "kv_cache_dtype", "context_length", "tp_size", "dp_size",
+    "tool_call_parser", "reasoning_parser", "chat_template", "mamba_ssm_dtype", "device", "sampling_backend",
+    "revision", "quantization", *serving_profile.COMPARED_FIELDS)))
 # Server settings that vary between launches and say nothing about the experiment.
 SERVER_KEYS_VOLATILE = ("host", "port", "random_seed", "log_requests", "file_storage_path", "nccl_port",
                         "dist_init_addr", "internal_states", "decode_log_interval", "log_level")

@@ -7,6 +7,7 @@ from typing import Any
 
 from eval import http
 from eval.bcp.manifest import SERVER_KEYS_VOLATILE
+from serving import profile as serving_profile
 
 
 def _get(base_url: str, path: str) -> Any:
@@ -40,6 +41,7 @@ def server_description(base_url: str | None) -> dict:
         return {"error": f"server_info unavailable: {exc}"}
     info["args"] = {k: v for k, v in sorted(raw.items())
                     if k not in SERVER_KEYS_VOLATILE and (v is None or isinstance(v, (str, int, float, bool)))}
+    info["profile"] = serving_profile.identify(raw)  # the --serving-profile the settings match, or None
     info["sglang_version"] = raw.get("version")
     info["served_model"] = served_model_name(base_url)
     return info

@@ -10,6 +10,7 @@ from pathlib import Path
 from eval.cli_types import (Parser, UsageError, existing_dir, existing_file, int_at_least, name_list, run_main,
                             usage)
 from eval.cluster.cluster import DEFAULT_ROUTER_POLICY, ROUTER_POLICIES
+from serving.profile import DEFAULT, PROFILES
 
 PROG = "python -m eval.cluster"
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,6 +67,9 @@ def bench_parser() -> Parser:
     parser.add_argument("--arm", action="append", default=None, metavar="NAME=POLICY[:KEY=VALUE,...]",
                         help="an arm, as eval.bench_policies takes it (repeatable; instead of --policies)")
     parser.add_argument("--workers", type=int_at_least(1), default=2, metavar="N", help="workers behind the router")
+    parser.add_argument("--serving-profile", default=DEFAULT, choices=list(PROFILES),
+                        metavar="NAME",
+                        help="the SGLang settings every arm and worker shares (serving/profile.py; default matched)")
     parser.add_argument("--router-policies", type=name_list(ROUTER_POLICIES), default="manual,cache_aware",
                         metavar="LIST", help="router policies to measure, one cluster run each")
     parser.add_argument("--concurrency", type=int_at_least(1), default=4, metavar="N", help="conversations in flight")
@@ -105,13 +109,17 @@ def bench(argv: list[str]) -> int:
     from eval.bench_policies import default_model, synth_default
     from eval.cluster.bench import bench as run_bench, failed
 
-    from eval.arms import parse_arms
+    from eval.arms import ArmError, parse_arms, with_profile
 
     parser = bench_parser()
     args = parser.parse_args(argv)
     if args.policies and args.arm:
         parser.error("give --policies or --arm, not both")
-    arms = parse_arms(args.arm or [f"{p}={p}" for p in (args.policies or ["exact", "scr"])])
+    try:
+        arms = with_profile(parse_arms(args.arm or [f"{p}={p}" for p in (args.policies or ["exact", "scr"])]),
+                            args.serving_profile)
+    except ArmError as exc:
+        parser.error(str(exc))
     # SIGTERM unwinds like Ctrl-C, so every server and the router are stopped on the way out.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     args.out.mkdir(parents=True, exist_ok=True)

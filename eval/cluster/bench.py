@@ -87,6 +87,7 @@ def run_cluster(arm: Arm | str, model_dir: Path, calls, out: Path, workers: int,
                             policy=arm.policy)
     where = served_by(events)
     result = {"arm": arm.name, "policy": arm.policy, "settings": dict(arm.settings), "router_policy": router_policy,
+              "serving_profile": arm.serving_profile,
               "workers": workers, "replay_s": round(wall, 1),
               "checks_failed": failures, "server_args": args, "fatal_lines": cluster.fatal_lines(),
               "split_conversations": split_conversations(where), "load": load(where, events),

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from eval.arms import DEFAULT_ARMS, Arm, ArmError, baseline, parse_arm, parse_arms, parse_concurrency, sweep
+from eval.arms import (DEFAULT_ARMS, Arm, ArmError, baseline, parse_arm, parse_arms, parse_concurrency, sweep,
+                       with_profile)
 from eval.bench_policies import bench_settings, serving_args
 
 
@@ -73,3 +74,14 @@ def test_serving_args_put_the_arms_settings_over_the_benchmarks():
     assert "--cache-policy-set" not in serving_args(Arm("scr", "scr"), 32768, 100000, 4)
     assert bench_settings(Arm("radix", "radix")) == {}
     assert serving_args("radix", 8192, 9000, 1) == serving_args(Arm("radix", "radix"), 8192, 9000, 1)
+
+
+def test_every_arm_of_a_run_is_served_with_one_profile():
+    arms = with_profile(parse_arms(None), "matched-graphs")
+    assert {a.serving_profile for a in sweep(arms, [1, 4])} == {"matched-graphs"}
+    for arm in arms:
+        argv = serving_args(arm, 8192, 9000, 1)
+        assert argv[argv.index("--serving-profile") + 1] == "matched-graphs"
+    assert {a.serving_profile for a in parse_arms(None)} == {"matched"}
+    with pytest.raises(ArmError, match="unknown; valid: matched, matched-graphs, none"):
+        with_profile(arms, "fast")

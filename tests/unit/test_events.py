@@ -255,14 +255,15 @@ def test_read_events_bad_line_reports_path_and_line(tmp_path, bad_line, reason):
 def make_startup(policy="radix", pid=7, ts=50.0) -> dict:
     return startup_record(policy, {"piece_tokens": 64} if policy == "exact" else {},
                           {"sglang": "0.5.16", "torch": "2.9.0", "transformers": None, "overlay": "0.1.0"},
-                          ["--model-path", "m", "--page-size", "1"], pid, ts)
+                          ["--model-path", "m", "--page-size", "1"], pid, ts, "matched")
 
 
 def test_startup_record_exact():
     assert make_startup() == {
         "record": "startup", "policy": "radix", "settings": {},
         "versions": {"sglang": "0.5.16", "torch": "2.9.0", "transformers": None, "overlay": "0.1.0"},
-        "server_args": ["--model-path", "m", "--page-size", "1"], "pid": 7, "ts": 50.0,
+        "server_args": ["--model-path", "m", "--page-size", "1"], "serving_profile": "matched",
+        "pid": 7, "ts": 50.0,
     }
 
 

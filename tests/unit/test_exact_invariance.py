@@ -82,3 +82,21 @@ def test_the_policy_refuses_dp_attention_but_not_tensor_parallelism(changes, ref
 
     problems = ExactPolicy(ExactConfig(piece_tokens=832)).startup_problems({**SAFE_GPU, **changes}, {}, True)
     assert sum(p.startswith("--enable-dp-attention: the ranks of one TP group") for p in problems) == refused
+
+
+@pytest.mark.parametrize("changes, expected", [
+    ({}, []),
+    ({"quantization": "fp8"}, ["quantized weights (--quantization fp8)"]),
+    ({"checkpoint_quantization": "fp8"}, ["quantized weights (the checkpoint's quantization_config fp8)"]),
+    ({"checkpoint_quantization": "awq", "quantization": "awq_marlin"},
+     ["quantized weights (--quantization awq_marlin)", "quantized weights (the checkpoint's quantization_config awq)"]),
+    ({"kv_cache_dtype": "fp8_e4m3"}, ["--kv-cache-dtype fp8_e4m3: quantized KV rows"]),
+    ({"kv_cache_dtype": "bfloat16", "quantization": None, "checkpoint_quantization": None}, []),
+], ids=["bf16", "fp8-flag", "fp8-checkpoint", "both", "fp8-kv", "explicit-bf16"])
+@pytest.mark.parametrize("on_cuda", [True, False], ids=["cuda", "cpu"])
+def test_quantized_formats_are_refused_on_every_device(changes, expected, on_cuda):
+    env = {"SGLANG_TRITON_PREFILL_TRUNCATION_ALIGN_SIZE": "64"}
+    problems = invariance_problems({**SAFE_GPU, "kv_cache_dtype": "auto", **changes}, env, on_cuda, piece_tokens=832)
+    assert len(problems) == len(expected)
+    for problem, start in zip(problems, expected):
+        assert problem.startswith(start)
