@@ -7,6 +7,7 @@ runs in its own processes); HTTP goes through ``eval.http``.
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import signal
@@ -27,6 +28,32 @@ BIND_FAILED = "error while attempting to bind on address"
 PORT_ATTEMPTS = 3  # start-ups tried on fresh ports when the chosen port was taken in the meantime
 EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 LOWEST_PORT = 10000
+# Start-up budget: 240 s covers the tiny model on 2 CPU cores; a 27B model loading its weights
+# and capturing CUDA graphs can need more, so the environment may raise it without code changes.
+STARTUP_TIMEOUT_ENV = "CACHE_POLICY_STARTUP_TIMEOUT"
+DEFAULT_STARTUP_TIMEOUT = 240.0
+
+
+def default_startup_timeout() -> float:
+    """Seconds to wait for the ready line: ``$CACHE_POLICY_STARTUP_TIMEOUT`` when set, else 240."""
+    raw = os.environ.get(STARTUP_TIMEOUT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_STARTUP_TIMEOUT
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ValueError(f"{STARTUP_TIMEOUT_ENV}={raw!r}: expected a number of seconds > 0, e.g. 900")
+    return seconds
+
+
+def server_env(extra: dict[str, str]) -> dict[str, str]:
+    """The server's environment: ours, then ``extra`` (the caller's per-server settings).
+
+    ``HF_HUB_OFFLINE=1`` is only a default: the tests and the tiny model need no network, but a
+    GPU box that downloads its model on first start sets ``HF_HUB_OFFLINE=0``."""
+    return {"HF_HUB_OFFLINE": "1", **os.environ, "PYTHONUNBUFFERED": "1", **extra}
 
 
 class PortTaken(RuntimeError):
@@ -75,12 +102,14 @@ class ServerProcess:
     stock: bool = False
     port: int | None = None  # None: a free port is chosen (and re-chosen if it is taken before the bind)
     env: dict[str, str] = field(default_factory=dict)
-    startup_timeout: float = 240.0
+    startup_timeout: float | None = None  # None: $CACHE_POLICY_STARTUP_TIMEOUT, else 240 s
     graceful_stop: bool = True
     cpus: list[int] | None = None  # CPU cores the server's processes may run on (default: all)
     process: subprocess.Popen | None = None
 
     def __post_init__(self) -> None:
+        if self.startup_timeout is None:
+            self.startup_timeout = default_startup_timeout()  # a bad value fails here, not after a wait
         self._port_chosen = self.port is None
         if self.port is None:
             self.port = free_port()
@@ -110,7 +139,7 @@ class ServerProcess:
         module = "sglang.launch_server" if self.stock else "patches.launch_server"
         cmd = [sys.executable, "-m", module, "--model-path", self.model_path,
                "--host", "127.0.0.1", "--port", str(self.port), *self.extra_args]
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", **self.env}
+        env = server_env(self.env)
         if self.stock:
             env.pop("CACHE_POLICY_SPEC", None)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -135,7 +164,8 @@ class ServerProcess:
                 return
             time.sleep(0.5)
         self.stop()
-        raise TimeoutError(f"server not ready after {self.startup_timeout:.0f}s:\n{self.log_tail()}")
+        raise TimeoutError(f"server not ready after {self.startup_timeout:.0f}s (a longer start-up, e.g. a large "
+                           f"model capturing CUDA graphs: set {STARTUP_TIMEOUT_ENV}=SECONDS):\n{self.log_tail()}")
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

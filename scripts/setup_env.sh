@@ -1,29 +1,126 @@
 #!/usr/bin/env bash
 # Create or update .venv with everything the project needs; safe to run repeatedly.
 #
-#   scripts/setup_env.sh          CPU install (default): CPU torch, sglang==0.5.16 --no-deps,
+#   GPU=0 scripts/setup_env.sh    CPU install: CPU torch, sglang==0.5.16 --no-deps,
 #                                 the pinned CPU dependency list, this project (editable).
 #   GPU=1 scripts/setup_env.sh    GPU install: the full sglang==0.5.16 (CUDA torch 2.11.0 etc.).
+#   scripts/setup_env.sh          the mode the venv was installed in last (its stamp); CPU if none.
+#
+# The mode is sticky because scripts/test.sh calls this script without GPU: a plain default of
+# CPU would reinstall CPU torch 2.13 over a GPU install's CUDA torch 2.11 on every test run.
+#
+# Environment: VENV (default .venv), PYTHON (the interpreter for a new venv; must be CPython
+# 3.11, as pyproject.toml requires), SETUP_ENV_DRY_RUN=1 (print `mode=M python=P` after the
+# checks and exit 0, installing nothing). Exit 2: a bad setting, a wrong Python, or (GPU mode)
+# no NVIDIA driver new enough.
 #
 # Skips the install when requirements and pyproject are unchanged since the last run.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${VENV:-$ROOT/.venv}"
-PY="${PYTHON:-python3.11}"
-command -v "$PY" >/dev/null 2>&1 || PY=python3
-
-MODE=cpu; [ "${GPU:-0}" = "1" ] && MODE=gpu
 STAMP="$VENV/.cache-policy-setup"
-WANT="$MODE $(cat "$ROOT/pyproject.toml" "$ROOT"/requirements/*.txt "$ROOT/scripts/setup_env.sh" | sha256sum | cut -d' ' -f1)"
+NEED_PY="3.11"
+# SGLang 0.5.16 pins torch==2.11.0, and PyPI's torch 2.11.0 (what `pip install sglang` gets) is
+# a CUDA 13.0 build, as are its cu13 pins (flashinfer_python[cu13], nvidia-cutlass-dsl[cu13],
+# cuda-python>=13.0). NVIDIA's CUDA compatibility guide: CUDA 13.x needs driver >= 580.
+MIN_DRIVER=580
 
-if [ ! -x "$VENV/bin/python" ]; then
-  echo "[setup] creating $VENV"
+die() {
+  echo "[setup] error: $*" >&2
+  exit 2
+}
+
+case "${SETUP_ENV_DRY_RUN:-0}" in
+  0 | 1) ;;
+  *) die "SETUP_ENV_DRY_RUN=$SETUP_ENV_DRY_RUN: expected 1 (check and print, install nothing) or 0" ;;
+esac
+
+# ---- mode: GPU=1 / GPU=0 win; otherwise keep what the venv has (the stamp's first word).
+STAMP_MODE=""
+if [ -f "$STAMP" ]; then
+  read -r STAMP_MODE _ <"$STAMP" || true
+fi
+case "${GPU:-}" in
+  1) MODE=gpu WHY="GPU=1" ;;
+  0) MODE=cpu WHY="GPU=0" ;;
+  "")
+    if [ "$STAMP_MODE" = gpu ] || [ "$STAMP_MODE" = cpu ]; then
+      MODE=$STAMP_MODE WHY="GPU unset; $VENV was installed in $STAMP_MODE mode; GPU=1 or GPU=0 switches"
+    else
+      MODE=cpu WHY="GPU unset and no earlier install in $VENV"
+    fi
+    ;;
+  *) die "GPU=$GPU: expected 1 (GPU install), 0 (CPU install), or unset (keep the venv's mode)" ;;
+esac
+echo "[setup] mode: $MODE ($WHY)"
+
+# ---- Python: CPython 3.11 (pyproject.toml: requires-python >=3.11,<3.12).
+# Prints e.g. "CPython 3.11.7"; fails when the interpreter does not run.
+py_identity() {
+  "$1" -c 'import platform, sys; print(platform.python_implementation(), "%d.%d.%d" % sys.version_info[:3])' 2>/dev/null
+}
+is_wanted_python() { # $1: the identity line
+  local impl version
+  read -r impl version <<<"$1"
+  [ "$impl" = CPython ] && [ "${version%.*}" = "$NEED_PY" ]
+}
+
+if [ -e "$VENV/bin/python" ] || [ -L "$VENV/bin/python" ]; then
+  # The venv's interpreter is the one that matters; PYTHON only picks the one for a new venv.
+  PY="$VENV/bin/python"
+  FOUND="$(py_identity "$PY")" || die "$PY does not run (its base interpreter was removed?); remove the venv (rm -rf $VENV) and run again"
+  is_wanted_python "$FOUND" ||
+    die "$VENV was made with $FOUND, but this project needs CPython $NEED_PY; remove it (rm -rf $VENV) and run again, with PYTHON=/path/to/python$NEED_PY if python$NEED_PY is not on PATH"
+  NEW_VENV=0
+else
+  if [ -n "${PYTHON:-}" ]; then
+    PY="$PYTHON" HOW="PYTHON=$PYTHON"
+    command -v "$PY" >/dev/null 2>&1 || die "PYTHON=$PYTHON: no such interpreter; point it at a CPython $NEED_PY (e.g. PYTHON=/usr/bin/python$NEED_PY)"
+  elif command -v "python$NEED_PY" >/dev/null 2>&1; then
+    PY="python$NEED_PY" HOW="python$NEED_PY on PATH"
+  elif command -v python3 >/dev/null 2>&1; then
+    PY=python3 HOW="python3 on PATH (no python$NEED_PY)"
+  else
+    die "no python$NEED_PY or python3 on PATH; install CPython $NEED_PY, or set PYTHON=/path/to/python$NEED_PY"
+  fi
+  FOUND="$(py_identity "$PY")" || die "$PY ($HOW) does not run; install CPython $NEED_PY, or set PYTHON=/path/to/python$NEED_PY"
+  is_wanted_python "$FOUND" ||
+    die "$PY ($HOW) is $FOUND, but this project needs CPython $NEED_PY (pyproject.toml: >=3.11,<3.12); install Python $NEED_PY, or set PYTHON=/path/to/python$NEED_PY"
+  NEW_VENV=1
+fi
+
+# ---- GPU mode: a driver that runs CUDA 13 before minutes of downloads that could not work.
+if [ "$MODE" = gpu ]; then
+  command -v nvidia-smi >/dev/null 2>&1 ||
+    die "GPU mode needs an NVIDIA driver >= $MIN_DRIVER (SGLang 0.5.16 installs CUDA 13 torch 2.11.0), but nvidia-smi is not on PATH; install the driver, or use GPU=0 for the CPU install"
+  SMI_OUT="$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>&1)" ||
+    die "nvidia-smi failed, so no driver version to check (needs >= $MIN_DRIVER): $(echo "$SMI_OUT" | head -n 3 | tr '\n' ' ')"
+  DRIVER="$(echo "$SMI_OUT" | head -n 1 | tr -d ' \r')"
+  DRIVER_MAJOR="${DRIVER%%.*}"
+  [[ "$DRIVER_MAJOR" =~ ^[0-9]+$ ]] ||
+    die "could not read a driver version from nvidia-smi (got '$DRIVER'; needs >= $MIN_DRIVER)"
+  [ "$DRIVER_MAJOR" -ge "$MIN_DRIVER" ] ||
+    die "NVIDIA driver $DRIVER is too old: SGLang 0.5.16's torch 2.11.0 is a CUDA 13 build, which needs driver >= $MIN_DRIVER; upgrade the driver (docs/gpu.md)"
+  echo "[setup] NVIDIA driver $DRIVER (>= $MIN_DRIVER: CUDA 13 runs)"
+fi
+
+if [ "${SETUP_ENV_DRY_RUN:-0}" = 1 ]; then
+  echo "mode=$MODE python=$PY"
+  exit 0
+fi
+
+WANT="$MODE $(cat "$ROOT/pyproject.toml" "$ROOT"/requirements/*.txt "$ROOT/scripts/setup_env.sh" | sha256sum | cut -d' ' -f1)"
+if [ "$NEW_VENV" = 1 ]; then
+  echo "[setup] creating $VENV with $PY ($FOUND)"
   "$PY" -m venv "$VENV"
 fi
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then
   echo "[setup] $VENV is up to date ($MODE)"
   exit 0
 fi
+# The mode goes into the stamp before the install: an interrupted GPU install stays in GPU mode
+# on the next plain run (the stale hash still forces the install to be redone).
+echo "$MODE installing" >"$STAMP"
 
 PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check -q)
 # pip warns once per package about this machine's local index folders; keep the real messages.
@@ -51,7 +148,7 @@ pip_install --no-deps --no-build-isolation -e "$ROOT"
 # The torchvision stand-in must be in place before anything imports sglang, in every process
 # (spawned schedulers included); a .pth line runs at interpreter start. No-op where torchvision exists.
 SITE="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-echo "import patches.cpu.preimport" > "$SITE/zz_cache_policy_preimport.pth"
+echo "import patches.cpu.preimport" >"$SITE/zz_cache_policy_preimport.pth"
 
 "$VENV/bin/python" -c "import sglang, patches.plugin; print('[setup] sglang', sglang.__version__, 'ready')"
-echo "$WANT" > "$STAMP"
+echo "$WANT" >"$STAMP"

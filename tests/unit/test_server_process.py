@@ -194,3 +194,64 @@ def test_one_file_by_rid_keeps_a_repeated_rids_last_event(tmp_path):
     events = tmp_path / "events.jsonl"
     write_lines(events, [{"rid": "a", "n": 1}, {"rid": "b"}, {"rid": "a", "n": 2}])
     assert server.wait_for_events(events, ["a", "b"]) == {"a": {"rid": "a", "n": 2}, "b": {"rid": "b"}}
+
+
+# ---------------------------------------------------------------- environment and start-up budget
+
+
+def test_the_server_is_offline_by_default(monkeypatch):
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    assert server.server_env({})["HF_HUB_OFFLINE"] == "1"
+
+
+def test_the_callers_environment_can_let_the_server_download(monkeypatch):
+    """A GPU box fetching Qwen3.6-27B on its first start sets HF_HUB_OFFLINE=0; it used to be forced to 1."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    env = server.server_env({})
+    assert env["HF_HUB_OFFLINE"] == "0"
+    assert env["PYTHONUNBUFFERED"] == "1"
+    assert server.server_env({"HF_HUB_OFFLINE": "1"})["HF_HUB_OFFLINE"] == "1"  # per-server env wins
+
+
+def test_start_passes_the_server_env_to_the_child(tmp_path, monkeypatch):
+    """``_start_once`` really uses ``server_env``: the Popen call sees the caller's HF_HUB_OFFLINE."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    seen, real_popen = {}, subprocess.Popen
+
+    def fake_popen(cmd, **kwargs):
+        seen.update(kwargs["env"])
+        return real_popen([sys.executable, "-c", "pass"])
+
+    monkeypatch.setattr(server.subprocess, "Popen", fake_popen)
+    proc = ServerProcess(model_path="m", log_path=tmp_path / "log", env={"X_TEST": "y"})
+    monkeypatch.setattr(proc, "_wait_ready", lambda: None)
+    proc._start_once()
+    proc.process.wait()
+    assert seen["HF_HUB_OFFLINE"] == "0" and seen["X_TEST"] == "y"
+
+
+def test_startup_timeout_defaults_to_240_s(tmp_path, monkeypatch):
+    monkeypatch.delenv(server.STARTUP_TIMEOUT_ENV, raising=False)
+    assert ServerProcess(model_path="m", log_path=tmp_path / "log").startup_timeout == 240.0
+
+
+def test_startup_timeout_comes_from_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv(server.STARTUP_TIMEOUT_ENV, " 900 ")
+    assert ServerProcess(model_path="m", log_path=tmp_path / "log").startup_timeout == 900.0
+    # an explicit argument is the caller's decision and wins over the environment
+    assert ServerProcess(model_path="m", log_path=tmp_path / "log", startup_timeout=20).startup_timeout == 20
+
+
+@pytest.mark.parametrize("value", ["soon", "0", "-5", "inf", "nan", "12s"])
+def test_a_bad_startup_timeout_is_refused_naming_the_variable(tmp_path, monkeypatch, value):
+    monkeypatch.setenv(server.STARTUP_TIMEOUT_ENV, value)
+    with pytest.raises(ValueError, match=rf"CACHE_POLICY_STARTUP_TIMEOUT='{value}': expected a number of seconds > 0"):
+        ServerProcess(model_path="m", log_path=tmp_path / "log")
+
+
+def test_the_timeout_message_names_the_variable(tmp_path):
+    proc = hanging_process(tmp_path, "[t] capturing cuda graphs\n")
+    proc.startup_timeout = 0.6
+    with pytest.raises(TimeoutError, match=r"not ready after 1s .*set CACHE_POLICY_STARTUP_TIMEOUT=SECONDS"):
+        proc._wait_ready()
+    assert proc.process.poll() is not None  # stopped
