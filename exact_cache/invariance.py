@@ -41,6 +41,19 @@ def weight_format_problems(settings: Mapping[str, object]) -> list[str]:
     return problems
 
 
+def prefill_graph_backend(settings: Mapping[str, object]) -> object:
+    """The prefill CUDA-graph backend SGLang resolved: ``cuda_graph_config.prefill.backend`` after
+    its post-init (which folds ``--disable-cuda-graph`` and the per-phase flags), else the flag;
+    SGLang's CUDA default, ``breakable``, when neither says otherwise."""
+    config = settings.get("cuda_graph_config")
+    prefill = getattr(config, "prefill", None)
+    if prefill is not None and getattr(prefill, "backend", None) is not None:
+        return prefill.backend
+    if settings.get("disable_cuda_graph") or settings.get("disable_prefill_cuda_graph"):
+        return "disabled"
+    return settings.get("cuda_graph_backend_prefill") or "breakable"
+
+
 TRITON_ALIGN_ENV = "SGLANG_TRITON_PREFILL_TRUNCATION_ALIGN_SIZE"
 TRITON_ALIGN_DEFAULT = 4096  # SGLang 0.5.16's default under --enable-deterministic-inference
 
@@ -76,6 +89,12 @@ def invariance_problems(
             f"piece_tokens={piece_tokens} is not a multiple of {TRITON_ALIGN_ENV}={align}: "
             f"set {TRITON_ALIGN_ENV}=64 (or another divisor of piece_tokens)"
         )
+    graph = prefill_graph_backend(settings)
+    if graph != "disabled":
+        # A captured prefill replays a graph recorded for a padded token count; whether its kernels
+        # split a piece the way an eager forward does has not been checked for exact's pieces.
+        problems.append(f"prefill CUDA graphs ({graph}) are unverified with exact's pieces: add "
+                        "--cuda-graph-backend-prefill disabled (the default serving profile does)")
     if settings.get("linear_attn_prefill_backend") != "triton":
         problems.append(
             "the GDN prefill must be the Triton kernel: add --linear-attn-prefill-backend triton "

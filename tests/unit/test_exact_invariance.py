@@ -13,6 +13,7 @@ SAFE_GPU = {
     "attention_backend": "triton",
     "linear_attn_prefill_backend": "triton",
     "mamba_ssm_dtype": None,
+    "cuda_graph_backend_prefill": "disabled",
 }
 
 DETERMINISM = "batch-invariant kernels are needed: add --enable-deterministic-inference"
@@ -100,3 +101,29 @@ def test_quantized_formats_are_refused_on_every_device(changes, expected, on_cud
     assert len(problems) == len(expected)
     for problem, start in zip(problems, expected):
         assert problem.startswith(start)
+
+
+class _Phase:
+    def __init__(self, backend):
+        self.backend = backend
+
+
+class _GraphConfig:  # the shape of SGLang's resolved CudaGraphConfig
+    def __init__(self, prefill):
+        self.prefill = _Phase(prefill)
+
+
+@pytest.mark.parametrize("changes, refused", [
+    ({"cuda_graph_backend_prefill": None}, "breakable"),  # SGLang's CUDA default
+    ({"cuda_graph_backend_prefill": "tc_piecewise"}, "tc_piecewise"),
+    ({"cuda_graph_backend_prefill": None, "disable_cuda_graph": True}, None),
+    ({"cuda_graph_backend_prefill": None, "disable_prefill_cuda_graph": True}, None),
+    ({"cuda_graph_config": _GraphConfig("full")}, "full"),  # the resolved value wins over the flag
+    ({"cuda_graph_backend_prefill": None, "cuda_graph_config": _GraphConfig("disabled")}, None),
+])
+def test_prefill_cuda_graphs_are_refused_on_cuda(changes, refused):
+    env = {"SGLANG_TRITON_PREFILL_TRUNCATION_ALIGN_SIZE": "64"}
+    problems = invariance_problems({**SAFE_GPU, **changes}, env, True, piece_tokens=832)
+    assert problems == ([f"prefill CUDA graphs ({refused}) are unverified with exact's pieces: add "
+                         "--cuda-graph-backend-prefill disabled (the default serving profile does)"] if refused else [])
+    assert invariance_problems({**SAFE_GPU, **changes}, env, False, piece_tokens=832) == []
