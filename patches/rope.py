@@ -9,24 +9,82 @@ of 256), always from the key as stored (chained shifts accumulate rounding error
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from scr.rotary import RotaryMismatch, expected_text_rotary, rotary_layer, rotary_problem
 
 
+class KeyRotation(NamedTuple):
+    """The rotation of each key row by Δ = new − old (``docs/scr.md`` §8.2), shared by every layer:
+    ``cos``/``sin`` ``[n, 1, rotary_dim / 2]`` in float32, and ``unchanged`` (rows whose position does
+    not move keep their key bit for bit; None when every row moves)."""
+
+    cos: torch.Tensor
+    sin: torch.Tensor
+    unchanged: torch.Tensor | None
+    rotary_dim: int
+
+
+def _rotation(old_pos: torch.Tensor, new_pos: torch.Tensor, cos_sin_cache: torch.Tensor,
+              unchanged: torch.Tensor | None) -> KeyRotation:
+    """cosΔ = cos_p·cos_o + sin_p·sin_o, sinΔ = sin_p·cos_o − cos_p·sin_o, in float32, from the
+    model's own table (``cos_sin_cache[pos] = cos(pos·θ) ‖ sin(pos·θ)``), so the rotation uses exactly
+    the cos/sin values the model rotated with."""
+    rotary_dim = cos_sin_cache.shape[-1]
+    half = rotary_dim // 2
+    table = cos_sin_cache.to(torch.float32)
+    old, new = table[old_pos.long()], table[new_pos.long()]
+    cos_o, sin_o, cos_p, sin_p = old[:, :half], old[:, half:], new[:, :half], new[:, half:]
+    cos = (cos_p * cos_o + sin_p * sin_o)[:, None, :]
+    sin = (sin_p * cos_o - cos_p * sin_o)[:, None, :]
+    return KeyRotation(cos, sin, unchanged, rotary_dim)
+
+
+def shifted_rotation(old_start: int, new_start: int, rows: int, cos_sin_cache: torch.Tensor,
+                     device: torch.device) -> KeyRotation:
+    """The rotation of a block of ``rows`` consecutive keys from ``[old_start, …)`` to
+    ``[new_start, …)`` (a relocation, ``docs/scr.md`` §8.3). The positions are checked here, on the
+    host, so computing and applying it reads nothing back from the device (no sync per layer)."""
+    for name, start in (("old_start", old_start), ("new_start", new_start)):
+        if start < 0 or start + rows > cos_sin_cache.shape[0]:
+            raise ValueError(f"{name}: positions [{start}, {start + rows}) outside the rotary table's "
+                             f"{cos_sin_cache.shape[0]} rows")
+    old = torch.arange(old_start, old_start + rows, device=device)
+    unchanged = None if old_start != new_start else torch.ones(rows, dtype=torch.bool, device=device)
+    return _rotation(old, old + (new_start - old_start), cos_sin_cache, unchanged)
+
+
+def rotate_keys(keys: torch.Tensor, rotation: KeyRotation) -> torch.Tensor:
+    """Keys ``[n, heads, head_dim]`` rotated by ``rotation``: NeoX halves of the first
+    ``rotary_dim`` channels, ``k·cosΔ + rotate_half(k)·sinΔ``, written back in the keys' dtype;
+    the other channels, and the ``unchanged`` rows, are the input's bit for bit."""
+    rotary_dim, half = rotation.rotary_dim, rotation.rotary_dim // 2
+    if rotary_dim > keys.shape[-1]:
+        raise ValueError(f"rotary_dim {rotary_dim} exceeds head_dim {keys.shape[-1]}")
+    rot = keys[..., :rotary_dim].to(torch.float32)
+    first, second = rot[..., :half], rot[..., half:]
+    cos, sin = rotation.cos, rotation.sin
+    moved = torch.cat([first * cos - second * sin, second * cos + first * sin], dim=-1)
+    out = keys.clone()
+    out[..., :rotary_dim] = moved.to(keys.dtype)
+    if rotation.unchanged is None:
+        return out
+    # A select, not a masked copy: a boolean index would read the mask back (a device sync).
+    return torch.where(rotation.unchanged.view(-1, *[1] * (keys.dim() - 1)), keys, out)
+
+
 def rerotate_keys_from_cache(keys: torch.Tensor, old_pos: torch.Tensor, new_pos: torch.Tensor,
                              cos_sin_cache: torch.Tensor) -> torch.Tensor:
     """Keys ``[n, heads, head_dim]`` moved from ``old_pos[n]`` to ``new_pos[n]`` with the model's own
-    rotary table (``docs/scr.md`` §8.2: ``cos_sin_cache[pos] = cos(pos·θ) ‖ sin(pos·θ)``).
+    rotary table (``docs/scr.md`` §8.2): ``rotate_keys`` by ``_rotation``, for any positions.
 
-    The angle difference comes from the sum identities in float32, so the rotation uses exactly
-    the cos/sin values the model rotated with: cosΔ = cos_p·cos_o + sin_p·sin_o,
-    sinΔ = sin_p·cos_o − cos_p·sin_o. NeoX halves, first ``rotary_dim`` channels only.
+    The positions are checked against the keys first; that reads their minimum back from the
+    device, so a caller that moves a block for many layers uses ``shifted_rotation`` once instead.
     """
-    rotary_dim = cos_sin_cache.shape[-1]
-    half = rotary_dim // 2
-    if rotary_dim > keys.shape[-1]:
-        raise ValueError(f"rotary_dim {rotary_dim} exceeds head_dim {keys.shape[-1]}")
+    if cos_sin_cache.shape[-1] > keys.shape[-1]:
+        raise ValueError(f"rotary_dim {cos_sin_cache.shape[-1]} exceeds head_dim {keys.shape[-1]}")
     rows = keys.shape[0]
     for name, pos in (("old_pos", old_pos), ("new_pos", new_pos)):
         # A length-1 or float position would broadcast or truncate silently, and a negative one
@@ -35,20 +93,7 @@ def rerotate_keys_from_cache(keys: torch.Tensor, old_pos: torch.Tensor, new_pos:
             raise ValueError(f"{name}: {rows} integer positions expected, got {tuple(pos.shape)} {pos.dtype}")
         if rows and int(pos.min()) < 0:
             raise ValueError(f"{name}: negative position {int(pos.min())}")
-    table = cos_sin_cache.to(torch.float32)
-    old, new = table[old_pos.long()], table[new_pos.long()]
-    cos_o, sin_o, cos_p, sin_p = old[:, :half], old[:, half:], new[:, :half], new[:, half:]
-    cos = (cos_p * cos_o + sin_p * sin_o)[:, None, :]
-    sin = (sin_p * cos_o - cos_p * sin_o)[:, None, :]
-    rot = keys[..., :rotary_dim].to(torch.float32)
-    first, second = rot[..., :half], rot[..., half:]
-    moved = torch.cat([first * cos - second * sin, second * cos + first * sin], dim=-1)
-    out = keys.clone()
-    out[..., :rotary_dim] = moved.to(keys.dtype)
-    unchanged = old_pos == new_pos
-    if unchanged.any():
-        out[unchanged] = keys[unchanged]
-    return out
+    return rotate_keys(keys, _rotation(old_pos, new_pos, cos_sin_cache, old_pos == new_pos))
 
 
 def text_rotary(model, layer_ids, text_config, context_len: int | None = None):

@@ -47,7 +47,8 @@ class ScrRuntime:
         self.exchange = partial(all_gather_rows, size=scheduler.ps.tp_size, group=scheduler.tp_cpu_group)
         self.core = Runner(policy, self, logger, leader)
         for line in lines.startup_lines(
-                policy.config, sglang.__version__, os.getpid(), os.environ, bytes_per_token=t.side.bytes_per_token,
+                policy.config, sglang.__version__, os.getpid(), os.environ,
+                bytes_per_token=t.memory.kv_bytes_per_token if t.side is not None else None,
                 shadow_gib=t.shadow_gib() if self.has_shadow else None, layers=t.layers,
                 rotary=t.rotary is not None, pool_slots=self.pool_size):
             self.core.say(line)

@@ -2,17 +2,27 @@
 re-rotation, and state save/restore (``docs/scr.md`` §5, §8, §9).
 
 Both stores live outside SGLang's paged pools (§5.1, §9.1), so they never compete with the
-scheduler for slots and are invisible to its accounting and leak checks. Row ``r`` of side slot
-``s`` is flat row ``s * tokens + r``; the state shadow is indexed by the side slot too. Nothing
-here decides anything: ``patches/scr_runtime.py`` says which rows and slots.
+scheduler for slots and are invisible to its accounting and leak checks. For the same reason
+SGLang never leaves room for them: they are sized first, checked against the memory still free
+(``scr.memory``, §5.4) and allocated only when SCR is on; a shortfall refuses to start (exit 2).
+Row ``r`` of side slot ``s`` is flat row ``s * tokens + r``; the state shadow is indexed by the
+side slot too. Nothing here decides anything: ``patches/scr_runtime.py`` says which rows and slots.
 """
 # Spec: docs/scr.md
 
 from __future__ import annotations
 
+import logging
+import math
+
 import torch
 
-from patches.rope import rerotate_keys_from_cache, text_rotary
+from patches import plugin
+from patches.rope import rotate_keys, shifted_rotation, text_rotary
+from scr import lines
+from scr.memory import ScrMemory, activation_margin_bytes, memory_problem, meminfo
+
+logger = logging.getLogger(__name__)
 
 
 class SideBuffer:
@@ -81,24 +91,84 @@ class StateShadow:
             live[:, state_index] = saved
 
 
+def row_bytes(t: torch.Tensor) -> int:
+    """Bytes of one index along ``t``'s first axis (one token of a K/V buffer)."""
+    return math.prod(t.shape[1:]) * t.element_size()
+
+
+def slot_bytes(t: torch.Tensor) -> int:
+    """Bytes of one index along ``t``'s second axis (one slot of a ``[layers, slots, ...]`` state)."""
+    return t.shape[0] * math.prod(t.shape[2:]) * t.element_size()
+
+
+def store_sizes(pool_kv, state, config) -> ScrMemory:
+    """What ``SideBuffer`` and ``StateShadow`` would take for these pools, read off their shapes
+    (nothing allocated): one side row per pool row of every layer, one shadow row per state slot."""
+    kv = sum(row_bytes(k) + row_bytes(v) for k, v in pool_kv)
+    shadow = state is not None and config.ssm
+    state_bytes = sum(slot_bytes(t) for t in [*state.conv, state.temporal]) if shadow else 0
+    return ScrMemory(config.side_sessions, config.side_tokens, kv, state_bytes)
+
+
+def free_memory(device: torch.device) -> tuple[int, int] | None:
+    """``(free, total)`` bytes where the stores would go: the device's own figure on CUDA (after
+    returning torch's unused cached blocks, as SGLang measures before sizing its pools), else the
+    host's ``MemAvailable``; None when the host does not say."""
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        return torch.cuda.mem_get_info(device)
+    try:
+        with open("/proc/meminfo") as f:
+            return meminfo(f.read())
+    except OSError:
+        return None
+
+
+def check_memory(memory: ScrMemory, device: torch.device, server_args, measure=free_memory) -> None:
+    """Refuse to start (``plugin.refuse``: the launcher exits 2 with the message) when the stores
+    and SGLang's activation margin do not fit in the free memory; log the figures when they do.
+    ``server_args`` is the scheduler's (None on the test doubles: margin at its minimum)."""
+    found = measure(device)
+    if found is None:
+        logger.warning(lines.memory_unknown(memory, str(device)))
+        return
+    free, total = found
+    margin = activation_margin_bytes(getattr(server_args, "chunked_prefill_size", None),
+                                     getattr(server_args, "tp_size", 1), getattr(server_args, "pp_size", 1),
+                                     on_gpu=device.type == "cuda")
+    problem = memory_problem(memory, free, margin, str(device),
+                             mem_fraction_static=getattr(server_args, "mem_fraction_static", None), device_total=total)
+    if problem is not None:
+        raise plugin.refuse(problem)
+    logger.info(lines.memory_fits(memory, free, margin, str(device)))
+
+
 class ScrTensors:
     """The tensors of one scheduler that SCR reads and writes: SGLang's full-attention K/V pool,
-    its recurrent-state pool (None on a dense model), and SCR's side buffer and state shadow."""
+    its recurrent-state pool (None on a dense model), and SCR's side buffer and state shadow
+    (None while SCR is switched off: ``enabled`` false allocates nothing)."""
 
-    def __init__(self, scheduler, config):
+    def __init__(self, scheduler, config, measure=free_memory):
         kv_pool = scheduler.token_to_kv_pool_allocator.get_kvcache()
         mapping = getattr(kv_pool, "full_attention_layer_id_mapping", None)
         self.layers = sorted(mapping) if mapping else list(range(kv_pool.start_layer, kv_pool.end_layer))
         self.pool_kv = [kv_pool.get_kv_buffer(layer) for layer in self.layers]
         self.req_to_token = scheduler.req_to_token_pool.req_to_token
-        self.side = SideBuffer(self.pool_kv, config.side_sessions, config.side_tokens)
         mamba_pool = getattr(scheduler.req_to_token_pool, "mamba_pool", None)
         self.state = mamba_pool.mamba_cache if mamba_pool is not None else None
-        self.shadow = StateShadow(self.state, config.side_sessions) if self.state is not None and config.ssm else None
         model_config = scheduler.model_config
-        # Raises RotaryMismatch (the plugin turns it into a refusal to start, exit 2).
+        # Raises RotaryMismatch (the plugin turns it into a refusal to start, exit 2), before any
+        # memory is taken.
         self.rotary = text_rotary(scheduler.tp_worker.model_runner.model, self.layers,
                                   model_config.hf_text_config, getattr(model_config, "context_len", None))
+        self.memory = store_sizes(self.pool_kv, self.state, config)
+        self.side = self.shadow = None
+        if not config.enabled:
+            logger.info(lines.memory_off(self.memory))
+            return
+        check_memory(self.memory, self.pool_kv[0][0].device, getattr(scheduler, "server_args", None), measure)
+        self.side = SideBuffer(self.pool_kv, config.side_sessions, config.side_tokens)
+        self.shadow = StateShadow(self.state, config.side_sessions) if self.state is not None and config.ssm else None
 
     def shadow_gib(self) -> float:
         return sum(t.numel() * t.element_size() for t in self.shadow.parts) / 2**30
@@ -114,9 +184,11 @@ class ScrTensors:
         self.side.load(slot, rows, self.pool_kv, dst)
         if not rerotate or old_start == new_start:
             return
-        new = rows + (new_start - old_start)
+        # One rotation for every layer (they share the positions), its positions checked on the
+        # host: nothing below reads back from the device, so the layers queue without a sync.
+        rotation = shifted_rotation(old_start, new_start, dst.numel(), self.rotary.cos_sin_cache, dst.device)
         for keys, _values in self.pool_kv:
-            keys[dst] = rerotate_keys_from_cache(keys[dst], rows, new, self.rotary.cos_sin_cache)
+            keys[dst] = rotate_keys(keys[dst], rotation)
 
     def store(self, slot: int, pool_index: int, kv_len: int, keep: int, end: int) -> None:
         """§5.2: rows ``[keep, end)`` of a request's K/V -> the same rows of side slot ``slot``."""

@@ -13,6 +13,7 @@ from scr.cursor import NextBlock, Relocation
 from scr.execution import Counters, RequestState, evict_floor
 from scr.intercept import Intercept
 from scr.kvreuse_env import AUTHORS_DEFAULTS, ENV_VARS
+from scr.memory import GIB, ScrMemory, sizes_text
 from scr.settings import ScrConfig
 
 format_line = log_lines.format_line
@@ -27,12 +28,14 @@ def authors_env(config: ScrConfig, environ: Mapping[str, str]) -> dict[str, str]
 
 
 def startup_lines(config: ScrConfig, sglang_version: str, pid: int, environ: Mapping[str, str], *,
-                  bytes_per_token: int, shadow_gib: float | None, layers: list[int], rotary: bool,
+                  bytes_per_token: int | None, shadow_gib: float | None, layers: list[int], rotary: bool,
                   pool_slots: int) -> list[str]:
-    """The start-up lines of one scheduler, in the order the authors print them."""
+    """The start-up lines of one scheduler, in the order the authors print them. ``bytes_per_token``
+    None: no side buffer was allocated (SCR off), so no ``side buffer:`` line."""
     lines = [log_lines.scr_start_line(config.enabled, sglang_version, authors_env(config, environ)),
-             log_lines.site_banner(config, pid),
-             log_lines.side_buffer_line(config.side_sessions, config.side_tokens, bytes_per_token)]
+             log_lines.site_banner(config, pid)]
+    if bytes_per_token is not None:
+        lines.append(log_lines.side_buffer_line(config.side_sessions, config.side_tokens, bytes_per_token))
     if shadow_gib is not None:
         lines.append(format_line("ssm_shadow", sessions=config.side_sessions, gib=shadow_gib))
     lines.append(format_line(
@@ -40,6 +43,23 @@ def startup_lines(config: ScrConfig, sglang_version: str, pid: int, environ: Map
         snapshot_budget=config.side_sessions * config.side_tokens,
         evict_floor=evict_floor(pool_slots, config.evict_floor_frac)))
     return lines
+
+
+def memory_fits(memory: ScrMemory, free: int, margin: int, where: str) -> str:
+    """Start-up, before the stores are allocated: they fit (``scr.memory``, ``docs/scr.md`` §5.4)."""
+    return (f"scr: allocating {memory.total_bytes / GIB:.2f} GiB on {where} outside SGLang's pools "
+            f"({sizes_text(memory)}); {free / GIB:.2f} GiB free, {margin / GIB:.2f} GiB kept for activations")
+
+
+def memory_unknown(memory: ScrMemory, where: str) -> str:
+    return (f"scr: allocating {memory.total_bytes / GIB:.2f} GiB on {where} outside SGLang's pools "
+            f"({sizes_text(memory)}) unchecked: the free memory there is unknown")
+
+
+def memory_off(memory: ScrMemory) -> str:
+    """``enabled`` false: the same code path, without SCR's stores."""
+    return (f"scr: switched off (enabled=False): no side buffer or state shadow allocated (switched on, "
+            f"they would take {memory.total_bytes / GIB:.2f} GiB)")
 
 
 def multiblock_plan(rid: str, outcome: Intercept, live: int) -> str:

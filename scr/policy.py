@@ -152,4 +152,10 @@ class ScrPolicy(PolicyDefaults):
             problems.append("--enable-hierarchical-cache: plans would be consumed at enqueue (unsupported, as upstream)")
         if settings.get("speculative_algorithm"):
             problems.append("speculative decoding: relocated prefixes are untested with draft models")
+        strategy = settings.get("mamba_radix_cache_strategy")
+        if strategy in ("extra_buffer", "extra_buffer_lazy"):
+            # SGLang resolves "auto" to no_buffer here (no overlap, page size 1); only an explicit flag gets here.
+            problems.append(f"--mamba-radix-cache-strategy {strategy}: SCR's recurrent-state save and restore "
+                            "(docs/scr.md §9.2, §9.4) have only been run with no_buffer, whose state slots it "
+                            "copies; use --mamba-radix-cache-strategy no_buffer")
         return problems

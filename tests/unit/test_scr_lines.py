@@ -9,6 +9,7 @@ from scr.cursor import NextBlock, Relocation, RelocationCursor
 from scr.execution import Counters, RequestState
 from scr.gates import Gate
 from scr.intercept import Intercept
+from scr.memory import GIB, ScrMemory
 from scr.planner import Block
 from scr.sessions import Admission, MatchReport, Session
 from scr.settings import ScrConfig
@@ -41,6 +42,22 @@ def test_startup_lines():
     dense = lines.startup_lines(ScrConfig(), "0.5.16", 42, {}, bytes_per_token=128, shadow_gib=None, layers=[3],
                                 rotary=True, pool_slots=100)
     assert len(dense) == 4 and not any("ssm shadow" in line for line in dense)
+    off = lines.startup_lines(ScrConfig(enabled=False), "0.5.16", 42, {}, bytes_per_token=None, shadow_gib=None,
+                              layers=[3], rotary=True, pool_slots=100)
+    assert off[0].startswith("[scr] Suffix Cache Reuse off") and not any("side buffer" in line for line in off)
+    assert len(off) == 3
+
+
+def test_memory_lines():
+    memory = ScrMemory(12, 30000, 65536, 153_944_064)
+    assert lines.memory_fits(memory, 40 * GIB, 3 * GIB, "cuda:0") == (
+        "scr: allocating 23.69 GiB on cuda:0 outside SGLang's pools (side buffer 21.97 GiB = 12 slots x 30000 tokens "
+        "x 64.0 KiB/token, state shadow 1.72 GiB = 12 slots x 146.8 MiB); 40.00 GiB free, 3.00 GiB kept for "
+        "activations")
+    assert lines.memory_off(memory) == ("scr: switched off (enabled=False): no side buffer or state shadow allocated "
+                                        "(switched on, they would take 23.69 GiB)")
+    assert lines.memory_unknown(ScrMemory(2, 10, 1024), "cpu").endswith(
+        "(side buffer 0.00 GiB = 2 slots x 10 tokens x 1.0 KiB/token) unchecked: the free memory there is unknown")
 
 
 def test_authors_env_prefers_settings_over_the_environment():

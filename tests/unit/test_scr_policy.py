@@ -25,6 +25,11 @@ GOOD = {"chunked_prefill_size": 512, "tp_size": 1, "disable_radix_cache": False}
         pytest.param({"pp_size": 2}, "--pp-size > 1", id="pipeline"),
         pytest.param({"enable_hierarchical_cache": True}, "--enable-hierarchical-cache", id="hicache"),
         pytest.param({"speculative_algorithm": "EAGLE"}, "speculative decoding", id="speculative"),
+        pytest.param({"mamba_radix_cache_strategy": "no_buffer"}, None, id="no-buffer"),
+        pytest.param({"mamba_radix_cache_strategy": "extra_buffer"}, "--mamba-radix-cache-strategy extra_buffer: ",
+                     id="extra-buffer"),
+        pytest.param({"mamba_radix_cache_strategy": "extra_buffer_lazy"},
+                     "--mamba-radix-cache-strategy extra_buffer_lazy: ", id="extra-buffer-lazy"),
     ],
 )
 def test_startup_problems(changes, problem):
@@ -33,6 +38,14 @@ def test_startup_problems(changes, problem):
         assert problems == []
     else:
         assert len(problems) == 1 and problems[0].startswith(problem)
+
+
+def test_extra_buffer_refusal_says_why_and_what_to_use():
+    [problem] = ScrPolicy(ScrConfig()).startup_problems(
+        {**GOOD, "mamba_radix_cache_strategy": "extra_buffer"}, {}, on_cuda=True)
+    assert problem == ("--mamba-radix-cache-strategy extra_buffer: SCR's recurrent-state save and restore "
+                       "(docs/scr.md §9.2, §9.4) have only been run with no_buffer, whose state slots it copies; use "
+                       "--mamba-radix-cache-strategy no_buffer")
 
 
 def test_plan_resumes_at_the_tree_hit():
