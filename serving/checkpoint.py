@@ -3,7 +3,8 @@
 The launcher refuses settings a policy cannot honour before the model loads (minutes for a 27B
 model); a quantized checkpoint declares its format in ``config.json``'s ``quantization_config``,
 which SGLang reads only while loading. This reads it from a local directory, or from the Hugging
-Face cache for a hub name, and says nothing (None) when the file is not at hand.
+Face cache for a hub name, and says nothing (None) when the file is not at hand. Standard library
+only (``serving/`` imports no third-party package): the cache layout is read directly.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ def config_json(model_path: str, revision: str | None = None) -> dict | None:
     """The checkpoint's ``config.json`` as a dict; None when it is not on this machine."""
     path = os.path.join(model_path, "config.json")
     if not os.path.isfile(path):
-        path = _cached(model_path, revision)
+        path = cached_file(model_path, "config.json", revision)
     if not path:
         return None
     try:
@@ -39,13 +40,26 @@ def quantization(config: dict | None) -> str | None:
     return None
 
 
-def _cached(repo_id: str, revision: str | None) -> str | None:
-    try:
-        from huggingface_hub import try_to_load_from_cache
-    except ImportError:
+def hub_cache(env: dict | None = None) -> str:
+    """The Hugging Face hub cache folder: ``HF_HUB_CACHE``, else ``$HF_HOME/hub``, else
+    ``~/.cache/huggingface/hub`` (huggingface_hub's own order)."""
+    env = os.environ if env is None else env
+    if env.get("HF_HUB_CACHE"):
+        return env["HF_HUB_CACHE"]
+    home = env.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface")
+    return os.path.join(home, "hub")
+
+
+def cached_file(repo_id: str, filename: str, revision: str | None = None, cache: str | None = None) -> str | None:
+    """``filename`` of hub model ``repo_id`` in the cache (``models--org--name/snapshots/<commit>/``,
+    the commit read from ``refs/<revision or main>`` unless ``revision`` is a commit); None if absent."""
+    if repo_id.count("/") != 1 or repo_id.startswith((".", "/")):
         return None
-    try:
-        found = try_to_load_from_cache(repo_id, "config.json", revision=revision)
-    except Exception:  # an invalid repo id (a path that does not exist) is not ours to report
-        return None
-    return found if isinstance(found, str) else None
+    folder = os.path.join(cache or hub_cache(), "models--" + repo_id.replace("/", "--"))
+    commit = revision or "main"
+    ref = os.path.join(folder, "refs", commit)
+    if os.path.isfile(ref):
+        with open(ref) as f:
+            commit = f.read().strip()
+    path = os.path.join(folder, "snapshots", commit, filename)
+    return path if os.path.isfile(path) else None

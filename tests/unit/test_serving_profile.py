@@ -184,3 +184,17 @@ def test_the_bcp_manifest_refuses_arms_that_differ_in_a_profile_field():
     for field in profile.COMPARED_FIELDS:
         other = {**matched, field: "something else"}
         assert comparable(manifest("radix", other))["server_args"] != comparable(manifest("exact", matched))["server_args"], field
+
+
+def test_checkpoint_config_from_the_hub_cache(tmp_path, monkeypatch):
+    snapshot = tmp_path / "models--Org--Model-FP8" / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text('{"quantization_config": {"quant_method": "fp8"}}')
+    (tmp_path / "models--Org--Model-FP8" / "refs").mkdir()
+    (tmp_path / "models--Org--Model-FP8" / "refs" / "main").write_text("abc123\n")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    assert checkpoint.quantization(checkpoint.config_json("Org/Model-FP8")) == "fp8"
+    assert checkpoint.cached_file("Org/Model-FP8", "config.json", revision="abc123") == str(snapshot / "config.json")
+    assert checkpoint.config_json("Org/Other") is None
+    assert checkpoint.config_json("Org/Model-FP8", revision="v2") is None
+    assert checkpoint.hub_cache({"HF_HOME": "/h"}) == "/h/hub"
