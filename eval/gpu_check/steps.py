@@ -1,0 +1,28 @@
+"""The steps of the check, in the order they run, with their time budgets on one H200.
+
+The budgets add up to the 10 minutes the whole check must fit; each is several times what the
+step should take on the tiny model (a server start with Triton's first compilations is the
+largest part). A step over its budget is flagged in the table; only the total can fail the check.
+"""
+
+from __future__ import annotations
+
+from eval.gpu_check import exact, model, preflight, radix, refusals, rotary_step, scr
+from eval.gpu_check.runner import Step
+
+STEPS = (
+    Step("preflight", preflight.run, 30, "driver, torch sees the GPU, Triton, SGLang 0.5.16 imports, the model builder"),
+    Step("model", model.run, 30, "the tiny model is bf16 and runs in bf16 on the device (vs the fp32 reference)"),
+    Step("refusals", refusals.run, 60, "the launcher refuses settings that break a policy's promise (exit 2)"),
+    Step("rotary", rotary_step.run, 45, "key re-rotation vs SGLang's rotary kernels at Qwen3.6's geometry, to 131,072"),
+    Step("radix", radix.run, 75, "radix under the serving profile: turn 2 hits, events written"),
+    Step("exact-64", exact.run_64, 150, "exact, piece 64: warm = cold bit for bit, alone and beside 1 and 3 neighbours"),
+    Step("exact-832", exact.run_832, 90, "exact, piece 832: warm = cold bit for bit, alone and beside 1 and 3 neighbours"),
+    Step("scr", scr.run, 120, "scr with CUDA graphs: an edited turn relocates with no fallback"),
+)
+NAMES = tuple(step.name for step in STEPS)
+
+
+def select(only: list[str] | None) -> list[Step]:
+    """The steps named in ``only`` (in the check's order), or all of them."""
+    return [step for step in STEPS if not only or step.name in only]

@@ -1,0 +1,326 @@
+"""``eval.gpu_check`` without a server or a GPU: the summary and exit status on fake step results,
+the argument parsing, the rotary comparison at Qwen3.6's real geometry on CPU (and that a wrong
+re-rotation fails it), and the constants the check copies (exact's expected reuse against the
+spec's oracle, the refusal messages against the policies' own).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from eval.gpu_check import __main__ as entry
+from eval.gpu_check import cli, rotary, runner, servers, steps
+from eval.gpu_check.exact_cases import SETUPS, TURN_EXPECTED, prompt_ids
+from eval.gpu_check.report import FAIL, PASS, SKIP, Checks, StepResult, exit_status, table, write_json
+
+# ----------------------------------------------------------------------------------------------
+# Summary and exit status
+
+
+def test_exit_status_is_1_when_any_step_failed_and_skips_do_not_count():
+    assert exit_status([StepResult("a", PASS), StepResult("b", SKIP)]) == 0
+    assert exit_status([StepResult("a", PASS), StepResult("b", FAIL), StepResult("c", SKIP)]) == 1
+    assert exit_status([StepResult("a", SKIP)]) == 0
+    assert exit_status([]) == 1  # nothing ran: nothing was shown
+
+
+def test_unknown_status_is_refused():
+    with pytest.raises(ValueError, match="status 'OK'"):
+        StepResult("a", "OK")
+
+
+def test_checks_fail_with_the_first_broken_expectation():
+    checks = Checks()
+    checks.expect(True, "first holds")
+    checks.expect(False, "second broke")
+    checks.expect(False, "third broke")
+    result = checks.result("step")
+    assert result.status == FAIL
+    assert result.detail.startswith("2 of 3 checks failed: second broke")
+    assert result.checks == [[True, "first holds"], [False, "second broke"], [False, "third broke"]]
+
+
+def test_checks_that_checked_nothing_fail():
+    assert Checks().result("empty").status == FAIL
+
+
+def test_checks_pass_with_the_summary():
+    checks = Checks()
+    checks.expect(1 == 1, "one")
+    checks.note("x", 3)
+    result = checks.result("step", "all good")
+    assert (result.status, result.detail, result.data) == (PASS, "all good", {"x": 3})
+
+
+def test_table_has_a_row_per_step_and_the_verdict():
+    rows = [StepResult("radix", PASS, 12.3, 75, "turn 2 hit"), StepResult("scr", FAIL, 130.0, 120, "no relocation"),
+            StepResult("rotary", SKIP, 0.0, None, "not on cpu")]
+    text = table(rows)
+    lines = text.splitlines()
+    assert lines[0].split()[:3] == ["step", "result", "seconds"]
+    assert any(line.startswith("radix") and " PASS " in line and "turn 2 hit" in line for line in lines)
+    assert any(line.startswith("scr") and " FAIL " in line and "(over budget)" in line for line in lines)
+    assert lines[-1] == "FAILED: scr"
+    assert table([StepResult("radix", PASS)]).splitlines()[-1] == "PASSED"
+
+
+def test_json_report_carries_every_step_and_the_exit_status(tmp_path):
+    path = write_json(tmp_path / "r" / "report.json", [StepResult("a", PASS), StepResult("b", FAIL, detail="x")],
+                      {"device": "cpu"})
+    body = json.loads(path.read_text())
+    assert body["exit_status"] == 1 and body["device"] == "cpu"
+    assert [(s["name"], s["status"]) for s in body["steps"]] == [("a", PASS), ("b", FAIL)]
+
+
+def _ctx(tmp_path, device="cpu", **kw):
+    return runner.Context(device=device, out=tmp_path, **kw)
+
+
+def test_a_step_that_raises_is_its_own_fail_and_the_next_step_still_runs(tmp_path):
+    def broken(ctx):
+        raise RuntimeError("server exited with 1")
+
+    def fine(ctx):
+        checks = Checks()
+        checks.expect(True, "ok")
+        return checks.result("fine")
+
+    results = runner.run_steps(_ctx(tmp_path), [runner.Step("broken", broken, 10, ""), runner.Step("fine", fine, 10, "")],
+                               progress=lambda line: None)
+    assert [(r.name, r.status) for r in results] == [("broken", FAIL), ("fine", PASS)]
+    assert results[0].detail == "RuntimeError: server exited with 1"
+    assert "Traceback" in results[0].data["traceback"]
+
+
+def test_blocked_and_out_of_time_steps_fail_without_running(tmp_path):
+    ran = []
+
+    def step(ctx):
+        ran.append(ctx)
+        return StepResult("x", PASS)
+
+    ctx = _ctx(tmp_path, blocked="preflight: torch sees no GPU")
+    (result,) = runner.run_steps(ctx, [runner.Step("radix", step, 10, "")], progress=lambda line: None)
+    assert (result.status, result.detail) == (FAIL, "not run: preflight: torch sees no GPU")
+    late = _ctx(tmp_path, device="cuda", time_limit_s=0.0)
+    (result,) = runner.run_steps(late, [runner.Step("radix", step, 10, "")], progress=lambda line: None)
+    assert result.status == FAIL and "time limit" in result.detail
+    assert ran == []
+
+
+def test_the_time_row_fails_on_cuda_over_the_limit_and_is_informative_on_cpu(tmp_path):
+    assert runner.time_row(_ctx(tmp_path), []).status == SKIP
+    assert runner.time_row(_ctx(tmp_path, device="cuda", time_limit_s=600), []).status == PASS
+    over = runner.time_row(_ctx(tmp_path, device="cuda", time_limit_s=0.0), [StepResult("scr", PASS, 9, 5)])
+    assert over.status == FAIL and "over their budget: scr" in over.detail
+
+
+def _fake_steps(monkeypatch, statuses):
+    def make(name, status):
+        def run(ctx):
+            checks = Checks()
+            checks.expect(status == PASS, f"{name} checked")
+            return checks.result(name)
+        return runner.Step(name, run, 10, f"fake {name}")
+
+    fakes = [make(f"s{i}", status) for i, status in enumerate(statuses)]
+    monkeypatch.setattr(steps, "select", lambda only: fakes)
+
+
+def test_main_exits_1_when_a_step_fails_and_writes_the_report(tmp_path, monkeypatch, capsys):
+    _fake_steps(monkeypatch, [PASS, FAIL, PASS])
+    assert entry.main(["--device", "cpu", "--out", str(tmp_path)]) == 1
+    body = json.loads((tmp_path / "report.json").read_text())
+    assert body["exit_status"] == 1
+    assert [s["status"] for s in body["steps"]] == [PASS, FAIL, PASS, SKIP]  # the CPU time row is a SKIP
+    assert "FAILED: s1" in capsys.readouterr().out
+
+
+def test_main_exits_0_when_every_step_passes(tmp_path, monkeypatch):
+    _fake_steps(monkeypatch, [PASS, PASS])
+    assert entry.main(["--device", "cpu", "--out", str(tmp_path)]) == 0
+
+
+# ----------------------------------------------------------------------------------------------
+# Arguments
+
+
+def test_defaults():
+    args = cli.parse_args([])
+    assert (args.device, args.out, args.only, args.quick, args.time_limit) == ("cuda", cli.DEFAULT_OUT, None, False, 600.0)
+
+
+def test_options():
+    args = cli.parse_args(["--device", "cpu", "--out", "/tmp/x", "--only", "scr, rotary", "--quick", "--time-limit", "900"])
+    assert (args.device, str(args.out), args.only, args.quick, args.time_limit) == ("cpu", "/tmp/x", ["scr", "rotary"], True, 900.0)
+
+
+@pytest.mark.parametrize("argv", [["--only", "radix,bogus"], ["--only", ","], ["--device", "rocm"]])
+def test_bad_arguments_exit_2(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.parse_args(argv)
+    assert exc.value.code == 2
+    assert "valid:" in capsys.readouterr().err or argv[0] == "--device"
+
+
+def test_only_keeps_the_checks_order():
+    assert [s.name for s in steps.select(["scr", "preflight", "exact-64"])] == ["preflight", "exact-64", "scr"]
+    assert [s.name for s in steps.select(None)] == list(steps.NAMES)
+
+
+def test_budgets_fit_ten_minutes():
+    assert sum(step.budget_s for step in steps.STEPS) <= cli.TIME_LIMIT_S
+
+
+# ----------------------------------------------------------------------------------------------
+# Rotary at Qwen3.6's geometry, on CPU (the torch rotator; SGLang's kernels need the server's imports)
+
+
+def test_geometry_is_qwen36():
+    g = rotary.QWEN36
+    assert (g.head_dim, g.rotary_dim, g.rope_theta, g.num_kv_heads) == (256, 64, 10_000_000, 4)
+    assert sum(g.mrope_section) == g.rotary_dim // 2
+    theta = g.theta64()
+    assert theta[0] == 1.0 and theta[-1] == pytest.approx(1e7 ** (-31 / 32))
+
+
+SMALL_MOVES = [rotary.Move(131_071 - 63, 3, 64), rotary.Move(0, 131_071 - 63, 64), rotary.Move(500, 500, 8)]
+SMALL_SINGLE = ([131_071, 0, 131_072, 77_777], [0, 131_071, 131_071, 77_000])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_re_rotation_equals_rotating_at_the_new_position(dtype):
+    result = rotary.compare(rotary.TorchRotator(rotary.QWEN36, dtype), SMALL_MOVES, SMALL_SINGLE)
+    assert result.ok, result.summary()
+    assert result.passthrough_equal and result.zero_shift_equal
+    assert result.rows == 64 + 64 + 8 + 4
+    # bf16: moved and fresh differ by a few roundings at most, and often not at all.
+    if dtype == torch.bfloat16:
+        assert result.moved_vs_fresh_units <= 3.0 and result.bit_identical > 0.3
+
+
+def _flipped(keys, old_pos, new_pos, table):
+    """A re-rotation by −Δ instead of Δ."""
+    return rotary.rerotate_keys_from_cache(keys, new_pos, old_pos, table)
+
+
+def _rounded_table(keys, old_pos, new_pos, table):
+    """The re-rotation with a bf16 cos/sin table (what a table cast by a bf16 forward would give)."""
+    return rotary.rerotate_keys_from_cache(keys, old_pos, new_pos, table.to(torch.bfloat16))
+
+
+@pytest.mark.parametrize("wrong", [_flipped, _rounded_table], ids=["sign", "bf16-table"])
+def test_a_wrong_re_rotation_fails(wrong):
+    single = ([0, 5, 131_071, 1_000, 64, 9], [131_071, 0, 2, 1_001, 0, 900])
+    result = rotary.compare(rotary.TorchRotator(rotary.QWEN36, torch.float32), [], single, rerotate=wrong)
+    assert not result.ok
+    assert result.moved_vs_fresh > 1.0
+
+
+def test_moves_reach_131072_with_both_signs():
+    blocks = rotary.moves()
+    ends = [max(m.old_start, m.new_start) + m.rows - 1 for m in blocks]
+    assert max(ends) == rotary.MAX_POSITION
+    shifts = [m.new_start - m.old_start for m in blocks]
+    assert min(shifts) < 0 < max(shifts) and 0 in shifts
+    old, new = rotary.scattered(64)
+    assert {0, rotary.MAX_POSITION - 1, rotary.MAX_POSITION} <= set(old) | set(new)
+    assert max(old + new) <= rotary.MAX_POSITION
+
+
+# ----------------------------------------------------------------------------------------------
+# What the check copies from elsewhere stays in step with it
+
+
+def test_exact_expected_reuse_is_the_oracles():
+    from tests.reference.exact_oracle import expected_reuse
+
+    for setup in SETUPS.values():
+        for case in setup.cases:
+            got = expected_reuse([list(p) for p in case.prompts], piece=setup.piece_tokens, retain_every=setup.retain_every)
+            assert tuple(got) == case.expected, case.name
+
+
+def test_the_cases_are_the_engine_tests_prompts():
+    from tests.engine.prompts import prompt_ids as engine_prompt_ids
+
+    assert prompt_ids(100, 600) == engine_prompt_ids(100, 600)
+    assert TURN_EXPECTED == (0, 256, 384)
+
+
+@pytest.mark.parametrize("case", [c for c in __import__("eval.gpu_check.refusals", fromlist=["CASES"]).CASES],
+                         ids=lambda c: c.name)
+def test_each_refusal_needle_is_in_the_policys_own_message(case):
+    """The text each refusal case looks for is what the policy says for those settings on CUDA."""
+    from policy import registry
+
+    args = dict(zip(case.args[::2], case.args[1::2]))
+    policy = registry.PolicySpec.resolve(args["--cache-policy"], [], None).build()
+    settings = {**policy.server_settings(), "quantization": args.get("--quantization"),
+                "mamba_ssm_dtype": args.get("--mamba-ssm-dtype"),
+                "mamba_radix_cache_strategy": args.get("--mamba-radix-cache-strategy", "no_buffer"),
+                "chunked_prefill_size": 256, "enable_deterministic_inference": args.get("--serving-profile") != "none",
+                "attention_backend": "triton", "linear_attn_prefill_backend": "triton"}
+    env = {"SGLANG_TRITON_PREFILL_TRUNCATION_ALIGN_SIZE": "64"}
+    problems = policy.startup_problems(settings, env, True)
+    assert any(case.needle.lower() in p.lower() for p in problems), problems
+
+
+# ----------------------------------------------------------------------------------------------
+# Log reading
+
+
+def test_decode_log_lines_give_batch_sizes_and_graph_use():
+    log = ("[2026-01-01 00:00:00] Decode batch, #running-req: 4, #token: 900, token usage: 0.01, cuda graph: True, "
+           "gen throughput (token/s): 10.00, #queue-req: 0\n"
+           "[2026-01-01 00:00:01] Decode batch, #running-req: 1, #token: 300, token usage: 0.00, cuda graph: False, "
+           "gen throughput (token/s): 9.00, #queue-req: 0\n")
+    assert servers.decode_batch_sizes(log) == {1, 4}
+    assert servers.graph_flags(log) == [True, False]
+    assert servers.decode_batch_sizes("Prefill batch, #new-seq: 1") == set()
+
+
+# ----------------------------------------------------------------------------------------------
+# The reference comparison and the checkpoint reader
+
+
+class _FixedReference:
+    """Log-probabilities fixed in advance: position i prefers token i % 3."""
+
+    def log_softmax(self, ids, model=None):
+        table = torch.full((len(ids), 4), -5.0, dtype=torch.float64)
+        for i in range(len(ids)):
+            table[i, i % 3] = -0.1
+        return table
+
+
+def test_served_distance_measures_logprobs_and_greedy_shortfall():
+    from eval.gpu_check.reference import served_distance
+
+    prompt = [7, 7, 7]  # the answer's first token is predicted at position 2, which prefers token 2
+    delta, shortfall = served_distance(_FixedReference(), prompt, [2, 0], [-0.1, -0.3])
+    assert delta == pytest.approx(0.2) and shortfall == 0.0
+    delta, shortfall = served_distance(_FixedReference(), prompt, [1, 0], [-5.0, -0.1])
+    assert delta == pytest.approx(0.0) and shortfall == pytest.approx(4.9)  # greedy took a far worse token
+
+
+def test_tolerance_is_bf16s_on_cuda_and_the_engine_tests_on_cpu():
+    from eval.gpu_check.reference import BF16_TOL, FP32_TOL, tolerance
+
+    assert (tolerance(True), tolerance(False)) == (BF16_TOL, FP32_TOL) == (0.5, 1e-4)
+
+
+def test_safetensors_dtypes_reads_the_header(tmp_path):
+    import struct
+
+    from eval.gpu_check.model import safetensors_dtypes
+
+    header = {"a": {"dtype": "BF16", "shape": [2], "data_offsets": [0, 4]},
+              "b": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}, "__metadata__": {"format": "pt"}}
+    raw = json.dumps(header).encode()
+    path = tmp_path / "m.safetensors"
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(8))
+    assert safetensors_dtypes(path) == {"BF16": 1, "F32": 1}
