@@ -17,7 +17,12 @@ STRICT_ENV = {"SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE": "1"}
 def start_server(model_dir, tmp_dir, name, extra_args=(), stock=False, state_pool=True, env=None,
                  graceful_stop=False) -> ServerProcess:
     """A test server; stopped by killing its process group (SGLang's graceful shutdown costs ~7 s
-    per server on CPU; ``test_validation_server`` keeps it, where a hung shutdown is the bug)."""
+    per server on CPU; ``test_validation_server`` keeps it, where a hung shutdown is the bug).
+
+    A test that starts its own server comes before the first test of its module that uses the
+    module's shared server: an idle SGLang scheduler busy-polls a core, so a second server beside
+    it on this 2-core box runs 3-4x slower (test_exact_server's own-server tests took 100-160 s
+    each after the shared server had started, 30-45 s before it)."""
     return ServerProcess(
         model_path=str(model_dir),
         log_path=tmp_dir / f"{name}.log",

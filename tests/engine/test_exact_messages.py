@@ -91,6 +91,39 @@ def serve_and_compare(server, prompts, reference, tag: str):
 SPEC = ((300, 150), (301, 90), (302, 200), (303, 40), (304, 120))  # ends before 150, 240, 440, 480; 600 tokens
 
 
+def test_long_context_message_cuts_past_8k(tmp_path):
+    """The long-context tiny model (131,072 positions), B = 832, R = 6,656, min_piece = 64: an
+    8,500-token prompt of eleven 750-token messages, a 100-token nudge and a 150-token message,
+    then the same with the nudge deleted. The edit resumes exactly where the nudge began (8,250;
+    the grid rule at 7,488 at best), its read runs past 8,192, and it equals the cold read bit for
+    bit, which equals the reference. (Sized so one server start, two long reads and one reference
+    read are the cost.)"""
+    from eval.tiny_model import LONG_CONTEXT_POSITIONS, cached_build
+    from tests.conftest import ARTIFACTS
+    from tests.reference.hybrid_reference import Reference
+
+    model = cached_build(ARTIFACTS, max_positions=LONG_CONTEXT_POSITIONS)
+    im = im_end(model)
+    spec = [(400 + n, 750) for n in range(11)]
+    base, deleted = messages(im, *spec, (420, 100), (421, 150)), messages(im, *spec, (421, 150))
+    args = ["--context-length", "16384", "--max-total-tokens", "20480", "--max-running-requests", "1",
+            "--cache-policy", "exact", "--cache-policy-set", "cut=messages"]
+    server = start_server(model, tmp_path, "exact-long-messages", args, state_pool=False)
+    try:
+        server.flush_cache()
+        first = output_record(server.generate(base, DECODE))
+        warm = output_record(server.generate(deleted, DECODE))
+        server.flush_cache()
+        cold = output_record(server.generate(deleted, DECODE))
+    finally:
+        server.stop()
+    assert server.fatal_lines() == [], server.log_tail()
+    assert (first["cached_tokens"], warm["cached_tokens"], cold["cached_tokens"]) == (0, 8250, 0)
+    assert expected_reuse([base, deleted], piece=832, retain_every=6656, message_end=im, min_piece=64) == [0, 8250]
+    assert (warm["output_ids"], warm["logprobs"]) == (cold["output_ids"], cold["logprobs"])
+    assert_equals_reference(Reference(model, gdn="chunk"), deleted, cold, "8,400-token read")
+
+
 def test_an_agent_deletes_a_message_and_the_read_resumes_exactly_there(message_server, reference):
     """Message 2 (240..440) deleted: the edited prompt shares [0, 240), 240 is a cut of both prompts
     (after message 1's end, 26 tokens after the grid cut 214) and the first read kept a state
@@ -178,36 +211,3 @@ def test_a_warm_answer_beside_three_decoding_neighbours_is_the_cold_solo_answer(
     assert cold["cached_tokens"] == 0
     assert_equals_reference(reference, prompt, cold, "cold solo read")
     assert (warm["output_ids"], warm["logprobs"]) == (cold["output_ids"], cold["logprobs"])
-
-
-def test_long_context_message_cuts_past_8k(tmp_path):
-    """The long-context tiny model (131,072 positions), B = 832, R = 6,656, min_piece = 64: an
-    8,500-token prompt of eleven 750-token messages, a 100-token nudge and a 150-token message,
-    then the same with the nudge deleted. The edit resumes exactly where the nudge began (8,250;
-    the grid rule at 7,488 at best), its read runs past 8,192, and it equals the cold read bit for
-    bit, which equals the reference. (Sized so one server start, two long reads and one reference
-    read are the cost.)"""
-    from eval.tiny_model import LONG_CONTEXT_POSITIONS, cached_build
-    from tests.conftest import ARTIFACTS
-    from tests.reference.hybrid_reference import Reference
-
-    model = cached_build(ARTIFACTS, max_positions=LONG_CONTEXT_POSITIONS)
-    im = im_end(model)
-    spec = [(400 + n, 750) for n in range(11)]
-    base, deleted = messages(im, *spec, (420, 100), (421, 150)), messages(im, *spec, (421, 150))
-    args = ["--context-length", "16384", "--max-total-tokens", "20480", "--max-running-requests", "1",
-            "--cache-policy", "exact", "--cache-policy-set", "cut=messages"]
-    server = start_server(model, tmp_path, "exact-long-messages", args, state_pool=False)
-    try:
-        server.flush_cache()
-        first = output_record(server.generate(base, DECODE))
-        warm = output_record(server.generate(deleted, DECODE))
-        server.flush_cache()
-        cold = output_record(server.generate(deleted, DECODE))
-    finally:
-        server.stop()
-    assert server.fatal_lines() == [], server.log_tail()
-    assert (first["cached_tokens"], warm["cached_tokens"], cold["cached_tokens"]) == (0, 8250, 0)
-    assert expected_reuse([base, deleted], piece=832, retain_every=6656, message_end=im, min_piece=64) == [0, 8250]
-    assert (warm["output_ids"], warm["logprobs"]) == (cold["output_ids"], cold["logprobs"])
-    assert_equals_reference(Reference(model, gdn="chunk"), deleted, cold, "8,400-token read")

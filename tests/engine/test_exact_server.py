@@ -92,6 +92,44 @@ CASES = {
 }
 
 
+def test_spec_drop_lands_one_piece_early(tiny_model_dir, tmp_path, reference):
+    """S = 1: an edit just after a periodic state falls back to the state before it."""
+    prompts = [BASE, edited(BASE, 260, 270), BASE]
+    assert expected_reuse(prompts, piece=B, retain_every=R, spec_drop=1) == [0, 0, 512]
+    assert expected_reuse(prompts, piece=B, retain_every=R, spec_drop=0) == [0, 256, 576]
+    with start_server(tiny_model_dir, tmp_path, "exact-s1", exact_args(tmp_path, "spec_drop=1")) as server:
+        run_and_compare(server, prompts, reference, spec_drop=1)
+    assert server.fatal_lines() == []
+
+
+def test_eviction_under_a_tiny_snapshot_budget_only_shortens_hits(tiny_model_dir, tmp_path, reference):
+    prompts = [BASE, prompt_ids(120, 600), BASE, edited(BASE, 300, 310), prompt_ids(120, 600) + [5] * 20]
+    budget = ["--max-running-requests", "1"]
+    with start_server(tiny_model_dir, tmp_path, "exact-tiny",
+                      [*budget, *exact_args(tmp_path, "max_snapshots=3")], state_pool=False) as server:
+        warm = run_and_compare(server, prompts, reference, check_reuse=False)
+        assert "max_mamba_cache_size=4" in server.log_text()
+    no_eviction = expected_reuse(prompts, piece=B, retain_every=R)
+    reused = [w["cached_tokens"] for w in warm]
+    assert all(r <= full for r, full in zip(reused, no_eviction))
+    assert reused != no_eviction  # the budget did evict something
+    assert server.fatal_lines() == []
+
+
+def test_pieces_of_832_edits_equal_the_reference(tiny_model_dir, tmp_path, reference):
+    """The default piece (B = 832, R = 6656) on 1,700-token prompts: an edit at 1,000 finds no
+    state below it (the first read kept only its prompt end, 1,664) and leaves a junction at 832;
+    an edit at 1,200 resumes there. Warm = cold bit for bit, cold = the reference, reuse = the
+    oracle. (Appends are in the B = 64 matrix; three prompts keep this test near a minute.)"""
+    base = prompt_ids(seed=170, length=1700)
+    prompts = [base, edited(base, 1000, 1010, filler_seed=171), edited(base, 1200, 1210, filler_seed=172)]
+    args = ["--cache-policy", "exact", "--cache-events", str(tmp_path / "events.jsonl")]
+    with start_server(tiny_model_dir, tmp_path, "exact-832", args) as server:
+        warm = run_and_compare(server, prompts, reference, piece=832, retain_every=6656)
+    assert [w["cached_tokens"] for w in warm] == [0, 0, 832]
+    assert server.fatal_lines() == []
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_case_matrix(exact_server, reference, name):
     warm = run_and_compare(exact_server, CASES[name], reference)
@@ -124,30 +162,6 @@ def test_events_record_resume_and_keep_points(exact_server):
     assert (edit["plan_resume"], edit["prefix_reused"], edit["read"]) == (256, 256, 344)
     assert edit["snapshots"] == [[384, "junction"], [512, "periodic"], [576, "prompt_end"]]
     assert first["forwards_off_plan"] == edit["forwards_off_plan"] == 0
-
-
-def test_spec_drop_lands_one_piece_early(tiny_model_dir, tmp_path, reference):
-    """S = 1: an edit just after a periodic state falls back to the state before it."""
-    prompts = [BASE, edited(BASE, 260, 270), BASE]
-    assert expected_reuse(prompts, piece=B, retain_every=R, spec_drop=1) == [0, 0, 512]
-    assert expected_reuse(prompts, piece=B, retain_every=R, spec_drop=0) == [0, 256, 576]
-    with start_server(tiny_model_dir, tmp_path, "exact-s1", exact_args(tmp_path, "spec_drop=1")) as server:
-        run_and_compare(server, prompts, reference, spec_drop=1)
-    assert server.fatal_lines() == []
-
-
-def test_eviction_under_a_tiny_snapshot_budget_only_shortens_hits(tiny_model_dir, tmp_path, reference):
-    prompts = [BASE, prompt_ids(120, 600), BASE, edited(BASE, 300, 310), prompt_ids(120, 600) + [5] * 20]
-    budget = ["--max-running-requests", "1"]
-    with start_server(tiny_model_dir, tmp_path, "exact-tiny",
-                      [*budget, *exact_args(tmp_path, "max_snapshots=3")], state_pool=False) as server:
-        warm = run_and_compare(server, prompts, reference, check_reuse=False)
-        assert "max_mamba_cache_size=4" in server.log_text()
-    no_eviction = expected_reuse(prompts, piece=B, retain_every=R)
-    reused = [w["cached_tokens"] for w in warm]
-    assert all(r <= full for r, full in zip(reused, no_eviction))
-    assert reused != no_eviction  # the budget did evict something
-    assert server.fatal_lines() == []
 
 
 def test_snapshots_equal_a_cold_read_stopped_after_the_same_piece(exact_server):
@@ -255,20 +269,6 @@ def test_a_warm_answer_decoded_beside_others_is_the_cold_solo_answer(exact_serve
     assert_equals_reference(reference, prompt, cold, "cold solo read")
     assert warm["output_ids"] == cold["output_ids"]
     assert warm["logprobs"] == cold["logprobs"]  # bit for bit
-
-
-def test_pieces_of_832_edits_equal_the_reference(tiny_model_dir, tmp_path, reference):
-    """The default piece (B = 832, R = 6656) on 1,700-token prompts: an edit at 1,000 finds no
-    state below it (the first read kept only its prompt end, 1,664) and leaves a junction at 832;
-    an edit at 1,200 resumes there. Warm = cold bit for bit, cold = the reference, reuse = the
-    oracle. (Appends are in the B = 64 matrix; three prompts keep this test near a minute.)"""
-    base = prompt_ids(seed=170, length=1700)
-    prompts = [base, edited(base, 1000, 1010, filler_seed=171), edited(base, 1200, 1210, filler_seed=172)]
-    args = ["--cache-policy", "exact", "--cache-events", str(tmp_path / "events.jsonl")]
-    with start_server(tiny_model_dir, tmp_path, "exact-832", args) as server:
-        warm = run_and_compare(server, prompts, reference, piece=832, retain_every=6656)
-    assert [w["cached_tokens"] for w in warm] == [0, 0, 832]
-    assert server.fatal_lines() == []
 
 
 def test_startup_record_names_the_resolved_settings_and_the_added_flags(exact_server):

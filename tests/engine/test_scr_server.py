@@ -111,6 +111,31 @@ def ref(tiny_model_dir):
     return Reference(tiny_model_dir)
 
 
+def test_short_pool_evicts_from_the_tree_and_retries_the_allocation(tiny_model_dir, tmp_path_factory, ref):
+    """A 4096-slot pool holding two earlier prompts has too few free slots for the splice: the
+    tree is evicted and the allocation retried once (docs/scr.md §10.3); nothing leaks, and the
+    relocated turn's answer is the reference's for its history (the rows placed after the retry
+    are the side rows, re-rotated, not whatever the evicted slots held)."""
+    tmp = tmp_path_factory.mktemp("evict")
+    args = ["--chunked-prefill-size", "256", "--max-running-requests", "4", "--cache-policy", "scr", *SIDE,
+            "--cache-events", str(tmp / "events.jsonl")]
+    server = start_server(tiny_model_dir, tmp, "evict", args)  # TEST_SERVER_ARGS: --max-total-tokens 4096
+    server.events_path = tmp / "events.jsonl"
+    try:
+        first, second, _ = conversation(301)
+        one = output_record(server.generate(first, 4, rid="evict.1"))
+        server.generate(prompt_ids(302, 1500), 4, rid="other.1")
+        two = output_record(server.generate(second, 4, rid="evict.2"))
+        assert events_of(server, "evict", 2)[1]["moved"] == (2400 - 1600) - 16
+        (retry,) = log_records(server, "evict_retry")
+        assert retry["retry"] == "OK" and retry["evicted"] > 0
+        assert assert_turns_equal_reference(server, ref, [first, second], [one, two], "evict") == 1
+        server.flush_cache()
+    finally:
+        server.stop()
+    assert server.fatal_lines() == [], server.log_tail()
+
+
 def test_middle_deletions_relocate_rows_on_later_turns(scr_server):
     records = run_turns(scr_server, conversation(11), "edit")
     events = events_of(scr_server, "edit", 3)
@@ -298,28 +323,3 @@ def test_relocated_rows_in_the_tree_serve_the_next_append(scr_server, tiny_model
         assert events[1]["moved"] > 0
         hits[setting] = events[2]["prefix_reused"]
     assert hits["0"] <= 1400 < len(second) - 64 <= hits["1"]
-
-
-def test_short_pool_evicts_from_the_tree_and_retries_the_allocation(tiny_model_dir, tmp_path_factory, ref):
-    """A 4096-slot pool holding two earlier prompts has too few free slots for the splice: the
-    tree is evicted and the allocation retried once (docs/scr.md §10.3); nothing leaks, and the
-    relocated turn's answer is the reference's for its history (the rows placed after the retry
-    are the side rows, re-rotated, not whatever the evicted slots held)."""
-    tmp = tmp_path_factory.mktemp("evict")
-    args = ["--chunked-prefill-size", "256", "--max-running-requests", "4", "--cache-policy", "scr", *SIDE,
-            "--cache-events", str(tmp / "events.jsonl")]
-    server = start_server(tiny_model_dir, tmp, "evict", args)  # TEST_SERVER_ARGS: --max-total-tokens 4096
-    server.events_path = tmp / "events.jsonl"
-    try:
-        first, second, _ = conversation(301)
-        one = output_record(server.generate(first, 4, rid="evict.1"))
-        server.generate(prompt_ids(302, 1500), 4, rid="other.1")
-        two = output_record(server.generate(second, 4, rid="evict.2"))
-        assert events_of(server, "evict", 2)[1]["moved"] == (2400 - 1600) - 16
-        (retry,) = log_records(server, "evict_retry")
-        assert retry["retry"] == "OK" and retry["evicted"] > 0
-        assert assert_turns_equal_reference(server, ref, [first, second], [one, two], "evict") == 1
-        server.flush_cache()
-    finally:
-        server.stop()
-    assert server.fatal_lines() == [], server.log_tail()

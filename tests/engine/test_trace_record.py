@@ -37,6 +37,32 @@ def traced_server(tiny_model_dir, tmp_path_factory):
     assert server.fatal_lines() == [], server.log_tail()
 
 
+def test_long_context_model_serves_a_prompt_past_the_default_8k(tmp_path):
+    model = cached_build(ARTIFACTS, max_positions=LONG_CONTEXT_POSITIONS)
+    config = json.loads((model / "config.json").read_text())
+    assert config["text_config"]["max_position_embeddings"] == LONG_CONTEXT_POSITIONS
+    server = start_server(model, tmp_path, "long-scr", [
+        "--context-length", "16384", "--max-total-tokens", "20480", "--chunked-prefill-size", "4096",
+        "--max-running-requests", "1", "--cache-policy", "scr", "--cache-policy-set", "side_sessions=1",
+        "--cache-policy-set", "side_tokens=4096"], state_pool=False)
+    try:
+        prompt = prompt_ids(21, 10_000)  # past the default tiny model's 8,192 positions
+        record = output_record(server.generate(prompt, 4, rid="long.0"))
+        # All of it read (nothing cached), so positions 8,192 .. 9,999 went through the model.
+        assert (record["prompt_tokens"], record["cached_tokens"], len(record["output_ids"])) == (10_000, 0, 4)
+        # scr started: its rotary check passed (table rows >= the context length)
+        assert "rotary=True" in server.log_text()
+    finally:
+        server.stop()
+    assert server.fatal_lines() == [], server.log_tail()
+    # The values: the independent reference (chunked GDN form, fresh RoPE at every position) reads the
+    # same 10,000 tokens; a RoPE table cut at 8,192 or a wrong position past it would not agree.
+    from tests.engine.conftest import assert_equals_reference
+    from tests.reference.hybrid_reference import Reference
+
+    assert_equals_reference(Reference(model, gdn="chunk"), prompt, record, "10,000-token read")
+
+
 def test_server_trace_has_the_exact_ids(traced_server, tiny_model_dir, tmp_path):
     sent = {}
     for turn, (seed, salt) in enumerate([(11, None), (12, "tenant-a"), (11, None)]):
@@ -69,29 +95,3 @@ def test_server_trace_has_the_exact_ids(traced_server, tiny_model_dir, tmp_path)
 def test_one_line_per_request(traced_server):
     rows = [json.loads(line) for line in traced_server.trace_path.read_text().splitlines()]
     assert len({row["rid"] for row in rows}) == len(rows)  # one line per request, no duplicates
-
-
-def test_long_context_model_serves_a_prompt_past_the_default_8k(tmp_path):
-    model = cached_build(ARTIFACTS, max_positions=LONG_CONTEXT_POSITIONS)
-    config = json.loads((model / "config.json").read_text())
-    assert config["text_config"]["max_position_embeddings"] == LONG_CONTEXT_POSITIONS
-    server = start_server(model, tmp_path, "long-scr", [
-        "--context-length", "16384", "--max-total-tokens", "20480", "--chunked-prefill-size", "4096",
-        "--max-running-requests", "1", "--cache-policy", "scr", "--cache-policy-set", "side_sessions=1",
-        "--cache-policy-set", "side_tokens=4096"], state_pool=False)
-    try:
-        prompt = prompt_ids(21, 10_000)  # past the default tiny model's 8,192 positions
-        record = output_record(server.generate(prompt, 4, rid="long.0"))
-        # All of it read (nothing cached), so positions 8,192 .. 9,999 went through the model.
-        assert (record["prompt_tokens"], record["cached_tokens"], len(record["output_ids"])) == (10_000, 0, 4)
-        # scr started: its rotary check passed (table rows >= the context length)
-        assert "rotary=True" in server.log_text()
-    finally:
-        server.stop()
-    assert server.fatal_lines() == [], server.log_tail()
-    # The values: the independent reference (chunked GDN form, fresh RoPE at every position) reads the
-    # same 10,000 tokens; a RoPE table cut at 8,192 or a wrong position past it would not agree.
-    from tests.engine.conftest import assert_equals_reference
-    from tests.reference.hybrid_reference import Reference
-
-    assert_equals_reference(Reference(model, gdn="chunk"), prompt, record, "10,000-token read")
