@@ -5,18 +5,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from eval.cli_types import name_list, positive_number
 from eval.gpu_check.steps import NAMES, STEPS
 
 DEFAULT_OUT = Path("runs/gpu_check")
 TIME_LIMIT_S = 600.0
-
-
-def step_list(text: str) -> list[str]:
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    unknown = [name for name in names if name not in NAMES]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(f"unknown step(s) {', '.join(unknown) or '(none)'}; valid: {', '.join(NAMES)}")
-    return names
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,11 +22,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="cuda (default): the check; cpu: a dry run of the same steps on CPU, GPU-only parts skipped")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
                         help=f"where the JSON report and server logs go (default {DEFAULT_OUT})")
-    parser.add_argument("--only", type=step_list, default=None, metavar="STEP,...",
+    parser.add_argument("--only", type=name_list(NAMES), default=None, metavar="STEP,...",
                         help=f"run only these steps: {', '.join(NAMES)}")
     parser.add_argument("--quick", action="store_true",
                         help="fewer exact cases and rotary rows (the neighbour runs and every step stay)")
-    parser.add_argument("--time-limit", type=float, default=TIME_LIMIT_S, metavar="SECONDS",
+    parser.add_argument("--time-limit", type=positive_number, default=TIME_LIMIT_S, metavar="SECONDS",
                         help=f"on cuda, the whole check must finish within this (default {TIME_LIMIT_S:.0f})")
     return parser
 

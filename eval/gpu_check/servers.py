@@ -52,11 +52,10 @@ def server_info(server: ServerProcess) -> dict:
 
 def check_profile(checks, info: dict, name: str, cuda: bool) -> None:
     """The server resolved the serving profile's settings (and bf16 on CUDA)."""
-    from serving import profile
+    from serving import launch_args, profile
 
-    chosen = profile.get(name)
-    wrong = {key: info.get(key) for key, value in chosen.settings(cuda).items() if info.get(key) != value}
-    checks.expect(not wrong, f"resolved settings are --serving-profile {name}'s" + (f"; differ: {wrong}" if wrong else ""))
+    wrong = launch_args.resolved_setting_problems(profile.get(name).settings(cuda), info)
+    checks.expect(not wrong, f"resolved settings are --serving-profile {name}'s" + (f"; {'; '.join(wrong)}" if wrong else ""))
     checks.note("resolved", {key: info.get(key) for key in
                              ("dtype", "attention_backend", "linear_attn_prefill_backend", "sampling_backend",
                               "enable_deterministic_inference", "cuda_graph_backend_decode", "disable_cuda_graph",
