@@ -159,15 +159,13 @@ def _refuse_unsafe_settings(spec: registry.PolicySpec, server_args, chosen: prof
                             cuda: bool) -> None:
     """Exit with status 2 when the resolved server settings break what the policy guarantees, or
     what the serving profile promises (SGLang may resolve a flag to something else)."""
-    import torch
-
     policy = spec.build()
     resolved = {**vars(server_args), CHECKPOINT_QUANTIZATION: checkpoint.quantization(
         checkpoint.config_json(server_args.model_path, server_args.revision))}
     problems = launch_args.resolved_setting_problems(policy.server_settings(), resolved)
     problems += [f"--serving-profile {chosen.name} {p}"
                  for p in launch_args.resolved_setting_problems(chosen.settings(cuda), resolved)]
-    problems += policy.startup_problems(resolved, dict(os.environ), torch.cuda.is_available())
+    problems += policy.startup_problems(resolved, dict(os.environ), _torch_sees_a_gpu())
     if problems:
         print(f"python -m patches.launch_server: error: --cache-policy {spec.policy} cannot guarantee its "
               "results with these settings:\n  - " + "\n  - ".join(problems), file=sys.stderr)

@@ -49,7 +49,7 @@ class ScrRuntime:
         for line in lines.startup_lines(
                 policy.config, sglang.__version__, os.getpid(), os.environ,
                 bytes_per_token=t.memory.kv_bytes_per_token if t.side is not None else None,
-                shadow_gib=t.shadow_gib() if self.has_shadow else None, layers=t.layers,
+                shadow_gib=t.memory.shadow_bytes / 2**30 if self.has_shadow else None, layers=t.layers,
                 rotary=t.rotary is not None, pool_slots=self.pool_size):
             self.core.say(line)
 

@@ -170,9 +170,6 @@ class ScrTensors:
         self.side = SideBuffer(self.pool_kv, config.side_sessions, config.side_tokens)
         self.shadow = StateShadow(self.state, config.side_sessions) if self.state is not None and config.ssm else None
 
-    def shadow_gib(self) -> float:
-        return sum(t.numel() * t.element_size() for t in self.shadow.parts) / 2**30
-
     def prefix_rows(self, pool_index: int, end: int) -> torch.Tensor:
         """Pool slots of a request's first ``end`` tokens."""
         return self.req_to_token[pool_index, :end].to(torch.int64)
