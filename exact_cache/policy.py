@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import os
 from typing import ClassVar
 
 from exact_cache.config import ExactConfig
 from exact_cache.invariance import invariance_problems
-from exact_cache.rules import bound_in, keep_points_in, pieces_in, resume_point
+from exact_cache.rules import bound_in, keep_points_in, pieces_in, resume_point, snapshot_dump_name
 from policy.api import Arrival, Extend, Plan, PolicyDefaults, Release, Snapshot
 
 
 class ExactPolicy(PolicyDefaults):
     name: ClassVar[str] = "exact"
+    plans_at: ClassVar[str] = "tree"
     config_class: ClassVar[type] = ExactConfig
 
     def __init__(self, config: ExactConfig):
@@ -72,6 +74,13 @@ class ExactPolicy(PolicyDefaults):
     def token_lookups(self) -> dict[str, str]:
         """cut=messages: the id of ``message_end`` in the served tokenizer (never a constant)."""
         return {"message_end_id": self.config.message_end} if self.config.needs_token_lookup else {}
+
+    def snapshot_file(self, rid: str, position: int, tp_rank: int) -> str | None:
+        """Where the tree writes this rank's shard of the state kept at ``position`` (None: the
+        ``dump_snapshots`` setting is off)."""
+        if not self.config.dump_snapshots:
+            return None
+        return os.path.join(self.config.dump_snapshots, snapshot_dump_name(rid, position, tp_rank))
 
     def release(self, release: Release) -> None:
         return None

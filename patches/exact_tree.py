@@ -8,7 +8,7 @@ path), ``cache_unfinished_req`` inserts only at the plan's keep points (stock: a
 end; elsewhere the KV stays request-owned), ``cache_finished_req`` inserts nothing (stock: prompt,
 output and final state). Design: docs/exact.md §5.4, §5.5, §5.11; hooks: docs/ARCHITECTURE.md.
 
-The cache asks for the plan itself (``PolicyExecutor.plan_exact``): it needs what only the tree
+The cache asks for the plan itself (``PolicyExecutor.plan_in_tree``): it needs what only the tree
 walk knows, the matched KV depth and the snapshot depths on that path. Every prefill forward is
 checked against the plan's pieces (``PolicyExecutor.piece_done``).
 """
@@ -26,7 +26,6 @@ from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 from sglang.srt.distributed.parallel_state import get_tp_group
 from sglang.srt.runtime_context import get_parallel
 
-from exact_cache.rules import snapshot_dump_name
 from patches.tp_rows import all_gather_rows
 from policy.ranks import failed_ranks, own_row
 from serving.request_book import piece_shortfall
@@ -46,7 +45,7 @@ class ExactRadixCache(UnifiedRadixCache):
         key = self.keyed(req, params.key)
         matched, states = self.walk(key)
         try:
-            resume = self.executor.plan_exact(req, matched, states).resume
+            resume = self.executor.plan_in_tree(req, matched, states).resume
         except Exception as exc:  # noqa: BLE001 - not even a cold read could be planned: end the request
             self.executor.abort(req, "plan", exc)
             resume = 0
@@ -61,7 +60,7 @@ class ExactRadixCache(UnifiedRadixCache):
         return result
 
     def keyed(self, req, key: RadixKey) -> RadixKey:
-        """``key`` under the tree's keys for ``req`` (``ExactPolicy.tree_keys``: with cut=messages
+        """``key`` under the tree's keys for ``req`` (``CachePolicy.tree_keys``; exact with cut=messages
         each token also names the end of the piece that reads it, so rows read by another piece
         never match); unchanged under the grid rule."""
         keys = self.executor.tree_keys(req, key.token_ids)
@@ -112,18 +111,18 @@ class ExactRadixCache(UnifiedRadixCache):
             finally:
                 del req.get_fill_ids
         self.executor.snapshot_written(req, end, kind)
-        dump_dir = self.executor.policy.config.dump_snapshots
-        if dump_dir:
-            self.dump_snapshot(req, end, dump_dir)
+        path = self.executor.policy.snapshot_file(req.rid, end, get_parallel().tp_rank)
+        if path:
+            self.dump_snapshot(req, path)
         return None
 
-    def dump_snapshot(self, req, position: int, directory: str) -> None:
-        """Write this rank's shard of the state kept at ``position`` (every layer's conv window and SSM state)."""
+    def dump_snapshot(self, req, path: str) -> None:
+        """Write this rank's shard of the state just kept (every layer's conv window and SSM state)."""
         slot = int(req.last_node.component_data[ComponentType.MAMBA].value[0])
         cache = self.req_to_token_pool.mamba_pool.mamba_cache
         state = {"conv": [conv[:, slot].clone() for conv in cache.conv], "temporal": cache.temporal[:, slot].clone()}
-        os.makedirs(directory, exist_ok=True)
-        torch.save(state, os.path.join(directory, snapshot_dump_name(req.rid, position, get_parallel().tp_rank)))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        torch.save(state, path)
 
     def cache_finished_req(self, req, is_insert: bool = True, **kwargs) -> None:
         if self.executor is None:

@@ -1,7 +1,7 @@
 """The ``sglang.srt.plugins`` entry point: runs in every SGLang process before the engine starts.
 
 ``install`` refuses an SGLang other than the pinned one, registers the hooks (CPU platform support
-without CUDA, request validation, the hook set the registry names for the selected policy, the
+without CUDA, request validation, the hook set for the way the selected policy plans, the
 ``--cache-trace`` writer), applies them and verifies that every one is in place. SGLang's plugin
 loader logs and swallows ``Exception``, so failures here raise ``SystemExit``: a selected policy
 whose hook is missing stops the process with a message naming the hook, instead of silently
@@ -173,18 +173,14 @@ def forward(method: str, kind: str):
 
 
 def _install_policy_hooks(register, spec) -> None:
-    """The hook set the registry names for this policy (``policy.registry.hook_installer``)."""
-    from policy.registry import hook_installer, hooks_path
-
+    """The hook set for the way this policy plans (``CachePolicy.plans_at``, ``patches.hook_sets``)."""
     try:
-        spec.build()  # fail in every process, the launcher's included, on a bad spec
+        policy = spec.build()  # fail in every process, the launcher's included, on a bad spec
     except Exception as exc:  # noqa: BLE001 - any construction error stops the server
         raise fail(f"cannot build policy {spec.policy!r}: {exc}") from None
-    try:
-        installer = hook_installer(spec.policy)
-    except (ImportError, AttributeError) as exc:
-        raise fail(f"policy {spec.policy!r}: cannot load its hook set {hooks_path(spec.policy)}: {exc}") from None
-    installer(register, spec)
+    from patches import hook_sets
+
+    hook_sets.install(register, spec, getattr(policy, "plans_at", "match"))
 
 
 def is_leader(scheduler) -> bool:

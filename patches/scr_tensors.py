@@ -4,9 +4,10 @@ re-rotation, and state save/restore (``docs/scr.md`` §5, §8, §9).
 Both stores live outside SGLang's paged pools (§5.1, §9.1), so they never compete with the
 scheduler for slots and are invisible to its accounting and leak checks. For the same reason
 SGLang never leaves room for them: they are sized first, checked against the memory still free
-(``scr.memory``, §5.4) and allocated only when SCR is on; a shortfall refuses to start (exit 2).
-Row ``r`` of side slot ``s`` is flat row ``s * tokens + r``; the state shadow is indexed by the
-side slot too. Nothing here decides anything: ``patches/scr_runtime.py`` says which rows and slots.
+(the policy's ``stores`` decision, §5.4) and allocated only when SCR is on; a shortfall refuses to
+start (exit 2). Row ``r`` of side slot ``s`` is flat row ``s * tokens + r``; the state shadow is
+indexed by the side slot too. Nothing here decides anything: the step carrier says which rows and
+slots, through ``patches/scr_runtime.py``.
 """
 # Spec: docs/scr.md
 
@@ -19,8 +20,7 @@ import torch
 
 from patches import plugin
 from patches.rope import rotate_keys, shifted_rotation, text_rotary
-from scr import lines
-from scr.memory import ScrMemory, activation_margin_bytes, memory_problem, meminfo
+from serving.host_memory import host_free_memory
 
 logger = logging.getLogger(__name__)
 
@@ -101,15 +101,6 @@ def slot_bytes(t: torch.Tensor) -> int:
     return t.shape[0] * math.prod(t.shape[2:]) * t.element_size()
 
 
-def store_sizes(pool_kv, state, config) -> ScrMemory:
-    """What ``SideBuffer`` and ``StateShadow`` would take for these pools, read off their shapes
-    (nothing allocated): one side row per pool row of every layer, one shadow row per state slot."""
-    kv = sum(row_bytes(k) + row_bytes(v) for k, v in pool_kv)
-    shadow = state is not None and config.ssm
-    state_bytes = sum(slot_bytes(t) for t in [*state.conv, state.temporal]) if shadow else 0
-    return ScrMemory(config.side_sessions, config.side_tokens, kv, state_bytes)
-
-
 def free_memory(device: torch.device) -> tuple[int, int] | None:
     """``(free, total)`` bytes where the stores would go: the device's own figure on CUDA (after
     returning torch's unused cached blocks, as SGLang measures before sizing its pools), else the
@@ -117,30 +108,25 @@ def free_memory(device: torch.device) -> tuple[int, int] | None:
     if device.type == "cuda":
         torch.cuda.empty_cache()
         return torch.cuda.mem_get_info(device)
-    try:
-        with open("/proc/meminfo") as f:
-            return meminfo(f.read())
-    except OSError:
-        return None
+    return host_free_memory()
 
 
-def check_memory(memory: ScrMemory, device: torch.device, server_args, measure=free_memory) -> None:
-    """Refuse to start (``plugin.refuse``: the launcher exits 2 with the message) when the stores
-    and SGLang's activation margin do not fit in the free memory; log the figures when they do.
-    ``server_args`` is the scheduler's (None on the test doubles: margin at its minimum)."""
-    found = measure(device)
-    if found is None:
-        logger.warning(lines.memory_unknown(memory, str(device)))
-        return
-    free, total = found
-    margin = activation_margin_bytes(getattr(server_args, "chunked_prefill_size", None),
-                                     getattr(server_args, "tp_size", 1), getattr(server_args, "pp_size", 1),
-                                     on_gpu=device.type == "cuda")
-    problem = memory_problem(memory, free, margin, str(device),
-                             mem_fraction_static=getattr(server_args, "mem_fraction_static", None), device_total=total)
-    if problem is not None:
-        raise plugin.refuse(problem)
-    logger.info(lines.memory_fits(memory, free, margin, str(device)))
+def decide_stores(policy, pool_kv, state, device: torch.device, server_args, measure=free_memory):
+    """The policy's ``stores`` decision for these pools, read off their shapes (one side row per
+    pool row of every layer, one shadow row per state slot), the free memory there and SGLang's
+    settings (``server_args`` None on the test doubles: margin at its minimum). A refusal stops the
+    start (``plugin.refuse``: the launcher exits 2 with the message); the figures are logged."""
+    kv = sum(row_bytes(k) + row_bytes(v) for k, v in pool_kv)
+    state_bytes = sum(slot_bytes(t) for t in [*state.conv, state.temporal]) if state is not None else 0
+    decision = policy.stores(
+        kv, state_bytes, lambda: measure(device), str(device), on_gpu=device.type == "cuda",
+        chunked_prefill_size=getattr(server_args, "chunked_prefill_size", None),
+        tp_size=getattr(server_args, "tp_size", 1), pp_size=getattr(server_args, "pp_size", 1),
+        mem_fraction_static=getattr(server_args, "mem_fraction_static", None))
+    if decision.problem is not None:
+        raise plugin.refuse(decision.problem)
+    (logger.warning if decision.warn else logger.info)(decision.line)
+    return decision
 
 
 class ScrTensors:
@@ -148,7 +134,7 @@ class ScrTensors:
     its recurrent-state pool (None on a dense model), and SCR's side buffer and state shadow
     (None while SCR is switched off: ``enabled`` false allocates nothing)."""
 
-    def __init__(self, scheduler, config, measure=free_memory):
+    def __init__(self, scheduler, policy, measure=free_memory):
         kv_pool = scheduler.token_to_kv_pool_allocator.get_kvcache()
         mapping = getattr(kv_pool, "full_attention_layer_id_mapping", None)
         self.layers = sorted(mapping) if mapping else list(range(kv_pool.start_layer, kv_pool.end_layer))
@@ -161,14 +147,14 @@ class ScrTensors:
         # memory is taken.
         self.rotary = text_rotary(scheduler.tp_worker.model_runner.model, self.layers,
                                   model_config.hf_text_config, getattr(model_config, "context_len", None))
-        self.memory = store_sizes(self.pool_kv, self.state, config)
+        decision = decide_stores(policy, self.pool_kv, self.state, self.pool_kv[0][0].device,
+                                 getattr(scheduler, "server_args", None), measure)
+        self.memory = memory = decision.memory
         self.side = self.shadow = None
-        if not config.enabled:
-            logger.info(lines.memory_off(self.memory))
+        if not decision.allocate:
             return
-        check_memory(self.memory, self.pool_kv[0][0].device, getattr(scheduler, "server_args", None), measure)
-        self.side = SideBuffer(self.pool_kv, config.side_sessions, config.side_tokens)
-        self.shadow = StateShadow(self.state, config.side_sessions) if self.state is not None and config.ssm else None
+        self.side = SideBuffer(self.pool_kv, memory.slots, memory.tokens)
+        self.shadow = StateShadow(self.state, memory.slots) if memory.state_bytes_per_slot else None
 
     def prefix_rows(self, pool_index: int, end: int) -> torch.Tensor:
         """Pool slots of a request's first ``end`` tokens."""

@@ -1,19 +1,27 @@
 """Value objects and the one interface every cache policy implements.
 
 A policy never sees a tensor or an SGLang object. For each request the engine describes what
-it holds (``Arrival``); the policy answers with a ``Plan`` (data), which ``patches/`` executes;
-when the request leaves, the engine reports a ``Release``.
+it holds (``Arrival``); the policy answers with a ``Plan`` (data), which the one executor in
+``patches/`` walks; when the request leaves, the engine reports a ``Release``.
 
-Ranges are half-open token positions in the prompt::
+Ranges are half-open token positions in the prompt. A plan's steps cover ``[resume, len)`` in
+order: each position is either read (``Extend``) or moved in from a policy's side store
+(``Relocate``); ``Snapshot`` and ``Restore`` stand between them and cover nothing::
 
-    prompt   |0 ............ resume|resume ........................ len(tokens)|
-              reused from the cache   Extend(start=resume, end=len(tokens))
+    prompt |0 ..... resume|resume .. stop|stop .. stop+rows|stop+rows .......... len(tokens)|
+            reused (tree)   Extend          Relocate (moved)   Extend (read)
+                                            [Restore at stop+rows]
+
+When a plan is made decides how its ``resume`` is read (``Plan.resume_limit``): a plan made at
+or inside the prefix match resumes at ``resume``; a plan made when the request is queued, before
+any match (SCR's), resumes wherever the tree's match ends, at most ``resume_limit``
+(``Plan.at_tree_hit``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Mapping, Protocol, Union
+from typing import Any, ClassVar, Mapping, NamedTuple, Protocol, Sequence, Union
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +34,7 @@ class Arrival:
     tree_hit: int  # prefix length the engine's own match would serve (its deepest usable state)
     tree_match: int = 0  # longest prefix of tokens[:-1] whose KV the tree holds
     tree_states: tuple[int, ...] = ()  # depths <= tree_match on that path holding a state snapshot
+    session_id: str | None = None  # the conversation the client names (SGLang's ``session_id``), if any
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,36 +53,116 @@ class Snapshot:
     kind: str
 
 
-Step = Union[Extend, Snapshot]
+@dataclass(frozen=True, slots=True)
+class Relocate:
+    """Place ``rows`` K/V rows the policy keeps in side slot ``slot`` (its positions
+    ``[source, source + rows)``) at prompt positions ``[at, at + rows)``, keys re-rotated by
+    ``at - source``; the forward after them reads on from ``at + rows``."""
+
+    at: int
+    rows: int
+    source: int
+    slot: int
+
+    @property
+    def end(self) -> int:
+        return self.at + self.rows
+
+
+@dataclass(frozen=True, slots=True)
+class Restore:
+    """With the ``Relocate`` that ends at ``at``, replace the request's recurrent state by the one
+    the policy saved in side slot ``slot`` (an approximation the policy chose: SCR's ``fork``)."""
+
+    at: int
+    slot: int
+
+
+Step = Union[Extend, Snapshot, Relocate, Restore]
 
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """What to do for one request: reuse ``[0, resume)`` from the prefix tree, then ``steps``."""
+    """What to do for one request: reuse ``[0, resume)`` from the prefix tree, then ``steps``.
+
+    ``resume_limit``: None for a plan made at or inside the prefix match (it resumes at
+    ``resume``); for a plan made at enqueue, before the match, the deepest tree hit it still holds
+    for (``at_tree_hit``), its first ``Extend`` then starting wherever the match ends.
+    ``detail``: what the policy's own step carrier needs beside the steps (SCR: its admission
+    outcome); the executor never reads it."""
 
     rid: str
     resume: int
     steps: tuple[Step, ...]
+    resume_limit: int | None = None
+    detail: Any = None
 
     def validate(self, prompt_len: int) -> None:
-        """Raise ``ValueError`` unless the Extend steps tile ``[resume, prompt_len)`` in order and
-        each Snapshot follows the Extend that ends where it is taken."""
+        """Raise ``ValueError`` unless the Extend and Relocate steps tile ``[resume, prompt_len)`` in
+        order, each Snapshot follows the Extend that ends where it is taken, each Restore follows
+        the Relocate that ends where it is made, and a Relocate is followed by a read."""
         if not 0 <= self.resume <= prompt_len:
             raise ValueError(f"plan {self.rid}: resume {self.resume} outside [0, {prompt_len}]")
-        cursor, seen = self.resume, set()
+        if self.resume_limit is not None and not self.resume <= self.resume_limit <= prompt_len:
+            raise ValueError(f"plan {self.rid}: resume limit {self.resume_limit} outside [{self.resume}, {prompt_len}]")
+        cursor, seen, previous = self.resume, set(), None
         for step in self.steps:
             if isinstance(step, Snapshot):
-                if step.at != cursor or step.at <= self.resume or step.at in seen:
+                if not isinstance(previous, Extend) or step.at != cursor or step.at in seen:
                     raise ValueError(f"plan {self.rid}: snapshot at {step.at} is not the end of a read forward")
                 seen.add(step.at)
-                continue
-            if step.start != cursor or step.end <= step.start:
-                raise ValueError(
-                    f"plan {self.rid}: step [{step.start}, {step.end}) does not continue at {cursor}"
-                )
-            cursor = step.end
+            elif isinstance(step, Restore):
+                if not isinstance(previous, Relocate) or step.at != cursor:
+                    raise ValueError(f"plan {self.rid}: restore at {step.at} does not follow a relocation ending there")
+            elif isinstance(step, Relocate):
+                if step.at != cursor or step.rows <= 0 or step.source < 0:
+                    raise ValueError(f"plan {self.rid}: relocation of {step.rows} rows at {step.at} "
+                                     f"does not continue at {cursor}")
+                cursor = step.end
+            else:
+                if step.start != cursor or step.end <= step.start:
+                    raise ValueError(
+                        f"plan {self.rid}: step [{step.start}, {step.end}) does not continue at {cursor}"
+                    )
+                cursor = step.end
+            previous = step
         if cursor != prompt_len:
             raise ValueError(f"plan {self.rid}: steps end at {cursor}, prompt has {prompt_len}")
+        if any(isinstance(s, Relocate) for s in self.steps) and not isinstance(self._last_cover(), Extend):
+            raise ValueError(f"plan {self.rid}: a relocation must be followed by a read (the logits come from a forward)")
+
+    def _last_cover(self) -> Step | None:
+        return next((s for s in reversed(self.steps) if isinstance(s, (Extend, Relocate))), None)
+
+    def at_tree_hit(self, tree_hit: int) -> "Plan | None":
+        """This plan, made at enqueue, for a prefix match that ends at ``tree_hit``: its first read
+        starts there (and is left out when the match ends exactly at the first relocation). None
+        when the match went past ``resume_limit`` or past the first relocation: the plan no longer
+        holds, and the request is read from the tree hit on. A plan made at the match is its own
+        answer for its own resume."""
+        if self.resume_limit is None:
+            return self if tree_hit == self.resume else None
+        if tree_hit > self.resume_limit:
+            return None
+        steps = list(self.steps)
+        first = steps[0] if steps else None
+        if isinstance(first, Extend):
+            if tree_hit > first.end:
+                return None
+            steps = steps[1:] if tree_hit == first.end else [Extend(tree_hit, first.end), *steps[1:]]
+        elif tree_hit != self.resume:
+            return None
+        return Plan(self.rid, tree_hit, tuple(steps), None, self.detail)
+
+    def relocations(self) -> list[tuple[Relocate, bool]]:
+        """Each Relocate, in order, and whether a Restore goes with it."""
+        out: list[tuple[Relocate, bool]] = []
+        for step in self.steps:
+            if isinstance(step, Relocate):
+                out.append((step, False))
+            elif isinstance(step, Restore) and out:
+                out[-1] = (out[-1][0], True)
+        return out
 
     def snapshots(self) -> dict[int, str]:
         """Where this plan keeps states: position -> kind."""
@@ -82,6 +171,17 @@ class Plan:
     def forwards(self) -> list[tuple[int, int]]:
         """The ``[start, end)`` of each Extend, in order."""
         return [(step.start, step.end) for step in self.steps if isinstance(step, Extend)]
+
+
+class RequestFacts(NamedTuple):
+    """What a step carrier reads of a request from the engine port, as the engine has it now."""
+
+    prompt: Sequence[int]
+    prefix_len: int  # tokens in place (tree match, read, relocated)
+    full_len: int  # prompt + output tokens
+    extend_end: int | None  # where this round's read ends
+    finished: bool
+    has_state_slot: bool  # the request holds a slot of the recurrent-state pool
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,13 +193,31 @@ class Release:
     decode_tokens: int
 
 
+class RequestRefused(ValueError):
+    """``plan`` refuses a request that asks for something this policy will not serve (SCR: a
+    ``cache_salt`` knob for a path it does not implement): the client gets a 400 naming ``field``,
+    rather than a silently different answer."""
+
+    field = "request"
+
+
+# When a policy plans (``CachePolicy.plans_at``), which decides the hook set that runs it:
+# "match": after SGLang's own prefix match, reads only (radix and any plain policy);
+# "tree": inside the exact radix tree's match, with Snapshot steps (``Arrival.tree_match`` and
+#   ``tree_states`` filled; ``tree_keys`` consulted);
+# "enqueue": when the request is queued, before any match; its Relocate/Restore steps are carried
+#   out by ``step_carrier`` (SCR).
+PLANS_AT = ("match", "tree", "enqueue")
+
+
 class CachePolicy(Protocol):
     """What ``patches/`` calls. New needs become fields or step kinds, not methods.
 
-    The last five members are optional for a policy: ``PolicyDefaults`` gives them their
-    defaults, so a policy inherits it and the launcher calls them without probing."""
+    The members after ``check`` are optional for a policy: ``PolicyDefaults`` gives them their
+    defaults, so a policy inherits it and the launcher and executor call them without probing."""
 
     name: ClassVar[str]
+    plans_at: ClassVar[str]
     config: Any
 
     def plan(self, arrival: Arrival) -> Plan: ...
@@ -120,6 +238,10 @@ class CachePolicy(Protocol):
 
     def token_lookups(self) -> dict[str, str]: ...
 
+    def tree_keys(self, prompt, ids) -> list[int] | None: ...
+
+    def step_carrier(self, engine, logger, leader: bool) -> Any: ...
+
 
 # ``startup_problems``' settings hold the resolved ``ServerArgs`` fields plus this one: the
 # checkpoint's declared quantization (``config.json``'s ``quant_method``, lower case; None when
@@ -128,7 +250,10 @@ CHECKPOINT_QUANTIZATION = "checkpoint_quantization"
 
 
 class PolicyDefaults:
-    """Defaults of the optional ``CachePolicy`` members: the policy needs nothing from SGLang."""
+    """Defaults of the optional ``CachePolicy`` members: the policy plans after SGLang's match and
+    needs nothing from SGLang."""
+
+    plans_at: ClassVar[str] = "match"
 
     def server_settings(self) -> dict[str, object]:
         """SGLang settings (``ServerArgs`` field -> value) the policy needs. The launcher adds them
@@ -154,3 +279,15 @@ class PolicyDefaults:
         """Config fields that hold a token id the launcher must look up in the served tokenizer:
         field -> token text. The launcher sets each field before the servers start. Default: none."""
         return {}
+
+    def tree_keys(self, prompt, ids) -> list[int] | None:
+        """The keys the tree files ``ids`` (a prefix of ``prompt``, or longer) under, for a policy
+        that plans inside the tree; None: the token ids themselves."""
+        return None
+
+    def step_carrier(self, engine, logger, leader: bool) -> Any:
+        """For a policy whose plans have ``Relocate``/``Restore`` steps (``plans_at="enqueue"``): the
+        object that carries them out over ``engine`` (the hook set's engine port), called by the
+        executor at each scheduling point with the request's record. None: the plans only read and
+        snapshot."""
+        return None

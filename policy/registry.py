@@ -5,8 +5,9 @@ path and imported on first use, so this package keeps importing nothing but the 
 library, and ``policy/`` never depends on the packages that implement it.
 
 A policy class has a ``name``, is built as ``cls(config)`` and implements ``policy.api.CachePolicy``
-(inheriting ``PolicyDefaults`` for the optional members); its config class is a frozen
-dataclass (named by the ``config_class`` attribute of the policy class, or ``<Name>Config`` next
+(inheriting ``PolicyDefaults`` for the optional members); its ``plans_at`` says when it plans, and
+so which hook set ``patches/`` runs it with (the registry names no module of ``patches/``); its
+config class is a frozen dataclass (named by the ``config_class`` attribute of the policy class, or ``<Name>Config`` next
 to it) whose ``__post_init__`` rejects bad values with ``ValueError``.
 """
 
@@ -28,17 +29,6 @@ _IMPLEMENTATIONS: dict[str, str] = {
     "scr": "scr.policy:ScrPolicy",
 }
 
-# name -> "module:function" that installs the engine hooks executing that policy's plans
-# (``install(register, spec)``, run inside SGLang by ``patches.plugin``). Data, not imports: this
-# package never imports ``patches/``. A registered policy without an entry runs on the plain
-# executor (plans applied after SGLang's own prefix match).
-PLAIN_HOOKS = "patches.policy_hooks:install_plain"
-_HOOKS: dict[str, str] = {
-    "radix": PLAIN_HOOKS,
-    "exact": "patches.policy_hooks:install_exact",
-    "scr": "patches.scr_hooks:install",
-}
-
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
@@ -47,28 +37,16 @@ class PolicyError(ValueError):
     """A bad policy name, setting key or setting value; the message says what is valid."""
 
 
-def register(name: str, dotted_path: str, hooks: str = PLAIN_HOOKS) -> None:
-    """Make ``name`` selectable; ``dotted_path`` is ``"module:Class"``, ``hooks`` the
-    ``"module:function"`` installing the engine hooks that execute its plans."""
-    for path in (dotted_path, hooks):
-        if ":" not in path:
-            raise ValueError(f"expected 'module:attribute', got {path!r}")
+def register(name: str, dotted_path: str) -> None:
+    """Make ``name`` selectable; ``dotted_path`` is ``"module:Class"``."""
+    if ":" not in dotted_path:
+        raise ValueError(f"expected 'module:attribute', got {dotted_path!r}")
     _IMPLEMENTATIONS[name] = dotted_path
-    _HOOKS[name] = hooks
 
 
-def hooks_path(name: str) -> str:
-    """``"module:function"`` installing the engine hooks for policy ``name``."""
-    if name not in _IMPLEMENTATIONS:
-        raise PolicyError(f"unknown cache policy {name!r}; valid policies: {', '.join(names())}")
-    return _HOOKS.get(name, PLAIN_HOOKS)
-
-
-def hook_installer(name: str):
-    """The ``install(register, spec)`` function of policy ``name``'s hook set (imported now;
-    ``ImportError``/``AttributeError`` when its path names nothing)."""
-    module_name, function = hooks_path(name).split(":")
-    return getattr(importlib.import_module(module_name), function)
+def plans_at(name: str) -> str:
+    """When policy ``name`` plans (``policy.api.PLANS_AT``): ``patches/`` picks its hook set by this."""
+    return getattr(policy_class(name), "plans_at", "match")
 
 
 def names() -> tuple[str, ...]:

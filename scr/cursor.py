@@ -2,7 +2,7 @@
 
 For block i with relocated rows at new positions ``[stop_i, stop_i + rows_i)``::
 
-    new prompt |0 .. radix_n0|radix_n0 .. stop_1|rows_1 (moved)|kext + text .. stop_2|rows_2| ... tail |
+    new prompt |0 .. tree_hit|tree_hit .. stop_1|rows_1 (moved)|kext + text .. stop_2|rows_2| ... tail |
                  from the tree  phase 1: read     relocate 1     read                 relocate 2 read
 
 * phase 1: read up to the block's stop (as SGLang's chunked request, so no token is sampled);
@@ -59,17 +59,17 @@ class RelocationCursor:
         """Where the current block's relocated rows start (new coordinates): phase 1 reads up to here."""
         return self.blocks[self.index].new_start
 
-    def decide(self, radix_n0: int, chunked_slot_busy: bool, gate_allows: bool) -> Decision:
-        """§7.2 steps 6-8, at a waiting-queue pass after SGLang's own prefix match (``radix_n0``)."""
-        if chunked_slot_busy or radix_n0 > self.lead_new_end:
+    def decide(self, tree_hit: int, chunked_slot_busy: bool, gate_allows: bool) -> Decision:
+        """§7.2 steps 6-8, at a waiting-queue pass after SGLang's own prefix match (``tree_hit``)."""
+        if chunked_slot_busy or tree_hit > self.lead_new_end:
             if chunked_slot_busy and self.retries < self.max_retries:
                 self.retries += 1
                 return Decision("retry", f"chunked slot busy ({self.retries}/{self.max_retries})")
-            cause = "chunked slot busy" if chunked_slot_busy else f"radix match {radix_n0} past the lead {self.lead_new_end}"
+            cause = "chunked slot busy" if chunked_slot_busy else f"radix match {tree_hit} past the lead {self.lead_new_end}"
             return Decision("drop", cause)
         if not gate_allows:
             return Decision("gated")
-        if self.stop - radix_n0 >= 1:
+        if self.stop - tree_hit >= 1:
             return Decision("phase1")
         return Decision("relocate_now")
 

@@ -1,21 +1,23 @@
-"""The rules ``scr.runner`` asks while it executes a relocation plan (``docs/scr.md`` §7, §9, §10).
+"""SCR's plan as ``policy.api`` steps, and the rules ``scr.steps`` asks while it carries them out
+(``docs/scr.md`` §7, §9, §10).
 
-The runner (driven by ``patches/scr_runtime.py``, which gathers facts from SGLang objects: prefix
-lengths, free slots, whether a state slot exists) asks the functions here and has the answer
-carried out (allocate, copy rows, abort, write the event). Everything here is plain data, so each
-rule has a table test (``tests/unit/test_scr_execution.py``) and is written once. For block i::
+``relocation_plan`` turns the admission's blocks into ``Extend``/``Relocate``/``Restore`` steps;
+``scr.steps`` (driven by the one executor, ``patches/executor.py``, over the engine port of
+``patches/scr_runtime.py``) asks the functions here and has the answer carried out (allocate, copy
+rows, abort). Everything here is plain data, so each rule has a table test
+(``tests/unit/test_scr_execution.py``) and is written once. For block i::
 
-    prompt |0 .. radix_n0|radix_n0 .. stop_1|rows_1 (moved)|kext + text .. stop_2|rows_2| .. tail|
+    prompt |0 .. tree_hit|tree_hit .. stop_1|rows_1 (moved)|kext + text .. stop_2|rows_2| .. tail|
             from the tree  phase 1 (chunked)  relocate 1     phase 1 again        relocate 2 read
 
 Phase 1 runs as SGLang's chunked request with the token array cut at the stop, so no token is
 sampled there; the relocation happens on the chunked-request pass that finds the prefix exactly at
 the stop. Where this port differs from the authors' code, and why:
 
-* relocated rows never enter the shared radix tree (the authors' README design; their code
-  inserts them): after the first relocation the request is marked ``skip_radix_cache_insert``, so the
-  tree keeps what phase 1 read exactly (``[0, stop_1)``) and SGLang frees the request's own rows,
-  relocated ones included, at release;
+* relocated rows enter the shared radix tree as in the authors' code (``relocated_in_tree``, the
+  default); with ``relocated_in_tree=False`` (their README's sentence, an ablation) the request is
+  marked ``skip_radix_cache_insert`` after its first relocation, so the tree keeps what phase 1
+  read exactly (``[0, stop_1)``) and SGLang frees the request's own rows at release;
 * the state restore at block 1 is a direct copy at the relocation; on the same-round "direct"
   relocation (a radix match ending exactly at the stop, before admission) SGLang's staged
   copy-on-write from the matched node is cancelled first, so it cannot overwrite the restored
@@ -25,7 +27,7 @@ the stop. Where this port differs from the authors' code, and why:
   and is read again without relocation (its event says so in ``fallback``);
 * an exception inside any SCR step ends in a plain read of that request, never a dead scheduler;
 * keys are re-rotated with the language model's rotary table, found on its full-attention layers
-  and checked against the text config at start-up (``scr.rotary``, ``patches.rope.text_rotary``).
+  and checked against the text config at start-up (``patches.rope.text_rotary``).
 """
 # Spec: docs/scr.md
 
@@ -33,47 +35,44 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from policy.api import Extend, Plan, Relocate, Restore
 from scr.settings import ScrConfig
-from policy.events import RequestEvent
 from scr.cursor import RelocationCursor
+from scr.planner import Block
 from scr.gates import Gate, state_ready
 from scr.intercept import Intercept
 
 
 @dataclass
-class RequestState:
-    """One request of a session, from enqueue to release; owned by the runtime, keyed by rid."""
+class RelocationProgress:
+    """Where one request is in SCR's steps, from enqueue to release: the executor's request record
+    (``serving.request_book.TrackedRequest``) holds it as ``progress``; only ``scr.steps`` reads it.
+    The record itself keeps what every policy has (plan, rows moved, fallback, retractions)."""
 
-    rid: str
     sid: str | None
     outcome: Intercept
-    queued_ts: float
-    cursor: RelocationCursor | None = None  # a plan waiting for its decision or being executed
+    cursor: RelocationCursor | None = None  # the plan's relocations, waiting for their decision or running
     gate: Gate | None = None
     phase1: bool = False  # reading up to ``cursor.stop`` as the chunked request
-    radix_n0: int = 0  # prefix SGLang's tree served when the plan was decided
-    moved: int = 0  # rows relocated into the prefix
-    blocks: int = 0  # blocks relocated
+    tree_hit: int = 0  # prefix SGLang's tree served when the plan was decided (the authors' ``radix_n0``)
     state_saved: bool = False  # a prefill-end state snapshot was taken for this request
     outside_tree: bool = False  # relocated: keep the request out of the radix tree
     direct: tuple | None = None  # (slots, rows) relocated on the waiting queue, not yet admitted
     cut: bool = False  # the token array is cut at a stop (restore the full length on a fallback)
-    retractions: int = 0  # times SGLang retracted or preempted the request after admission
-    fallback: str | None = None  # why a step fell back to a plain read (for the event)
     held_lines: list | None = None  # lines of a waiting-queue relocation, logged once it is admitted
 
     def stop_plan(self) -> None:
         """No further step of the plan runs; the rest of the prompt is read normally."""
         self.cursor, self.phase1 = None, False
 
-    def retracted(self) -> None:
+    def retracted(self) -> bool:
         """SGLang took the request back (retraction or preemption) and freed every row it held,
-        relocated ones included: it is read again from scratch, without relocation."""
-        self.retractions += 1
-        if self.cursor is not None or self.moved:
-            self.fallback = self.fallback or "retracted: read again without relocation"
+        relocated ones included: it is read again from scratch, without relocation. True when a
+        plan was running or had relocated rows (the event says so in ``fallback``)."""
+        running = self.cursor is not None
         self.stop_plan()
         self.direct, self.cut, self.outside_tree = None, False, False
+        return running
 
     def keeps_chunk(self, prefix_len: int) -> bool:
         """True while phase 1 has not reached its stop: the request must stay SGLang's chunked
@@ -109,10 +108,43 @@ def plan_gate(outcome: Intercept, has_state: bool, has_shadow: bool) -> Gate:
                        state_tokens=outcome.admission.session.state_tokens)
 
 
-def new_cursor(state: RequestState) -> RelocationCursor:
-    """The plan's execution from its first block (at admission, or again after an undone relocation)."""
-    outcome = state.outcome
-    return RelocationCursor(outcome.blocks, outcome.lead_new_end, outcome.config.splice_retry, state.gate.restore)
+def new_cursor(progress: RelocationProgress, plan: Plan) -> RelocationCursor:
+    """The plan's execution from its first relocation (at admission, or again after an undone
+    relocation): its ``Relocate`` steps as blocks, restoring at block 1 when the plan has a
+    ``Restore`` there and the state gate allows it."""
+    cfg = progress.outcome.config
+    relocations = plan.relocations()
+    return RelocationCursor(blocks_of(relocations, cfg.min_extend), plan.resume_limit, cfg.splice_retry,
+                            progress.gate.restore and relocations[0][1])
+
+
+def blocks_of(relocations, min_extend: int) -> tuple[Block, ...]:
+    """The planner's blocks behind a plan's ``Relocate`` steps: each block's last ``kext`` tokens
+    are read, so its equal run is ``rows + kext`` long (``scr.planner.accept_blocks``)."""
+    kext = max(1, min_extend)
+    return tuple(Block(step.source, step.at, step.rows, step.rows + kext, step.end + kext) for step, _ in relocations)
+
+
+def relocation_plan(rid: str, outcome: Intercept, prompt_len: int) -> Plan:
+    """``ScrPolicy.plan``'s answer at enqueue: read up to each block's stop, relocate its rows from
+    the session's side slot (restoring the saved recurrent state with block 1 unless
+    ``ssm_mode=none``), read on; resume where the tree's match ends, no later than the leading
+    equal run (``lead_new_end``, §7.2 step 6). Any other outcome reads the whole prompt from the
+    tree hit on. ``detail`` carries the outcome for ``scr.steps``."""
+    if outcome.kind != "plan" or not outcome.blocks:
+        steps = (Extend(0, prompt_len),) if prompt_len else ()
+        return Plan(rid, 0, steps, resume_limit=prompt_len, detail=outcome)
+    steps: list = []
+    cursor, slot = 0, outcome.side_slot
+    for number, block in enumerate(outcome.blocks):
+        if block.new_start > cursor:
+            steps.append(Extend(cursor, block.new_start))
+        steps.append(Relocate(block.new_start, block.num_rows, block.old_start, slot))
+        if number == 0 and outcome.config.ssm_mode != "none":
+            steps.append(Restore(block.new_start + block.num_rows, slot))
+        cursor = block.new_start + block.num_rows
+    steps.append(Extend(cursor, prompt_len))
+    return Plan(rid, 0, tuple(steps), resume_limit=outcome.lead_new_end, detail=outcome)
 
 
 def relocation_refusal(rows: int, slot: int | None, full_len: int, prefix_len: int, arm_restore: bool,
@@ -154,7 +186,7 @@ def evict_amount(need: int, available: int, evictable: int, floor: int, margin: 
     return need - available + margin
 
 
-def snapshot_at_prefill_end(config: ScrConfig, has_shadow: bool, state: RequestState | None,
+def snapshot_at_prefill_end(config: ScrConfig, has_shadow: bool, state: RelocationProgress | None,
                             finished: bool, has_state_index: bool) -> bool:
     """§9.2, ``ssm_snap=prefill_end``: save the state after a prefill forward of a session's request
     that runs no plan (a plan's request restores instead), while its state row still exists."""
@@ -173,25 +205,3 @@ def state_at_release(config: ScrConfig, has_shadow: bool, stored: bool, has_stat
             and has_state_index):
         return "save"
     return None if state_saved else "drop"
-
-
-def accounting(prompt_len: int, cached_tokens: int, moved: int) -> tuple[int, int]:
-    """``(prefix_reused, read)`` of a request's event: SGLang counts each relocated row twice in
-    ``cached_tokens`` (once attached, once in ``prepare_for_extend``). No clamping, so check I1
-    sees any error in the rule::
-
-        |0 .. prefix_reused|moved|read ... prompt_len|
-    """
-    reused = cached_tokens - 2 * moved
-    return reused, prompt_len - reused - moved
-
-
-def request_event(state: RequestState, policy: str, finished_ts: float, *, prompt_tokens: int, cached_tokens: int,
-                  **facts) -> RequestEvent:
-    """The request's event: ``facts`` from the engine (``decode_tokens``, ``cache_salt``,
-    ``finish_reason``, ``match_cap``), the counts by ``accounting``, the rest from ``state``."""
-    reused, read = accounting(prompt_tokens, cached_tokens, state.moved)
-    return RequestEvent(rid=state.rid, policy=policy, prompt_tokens=prompt_tokens, prefix_reused=reused,
-                        moved=state.moved, read=read, plan_resume=None, queued_ts=state.queued_ts,
-                        finished_ts=finished_ts, blocks=state.blocks, fallback=state.fallback,
-                        retractions=state.retractions, **facts)

@@ -38,6 +38,7 @@ import typing
 from typing import Any, Literal, Mapping
 
 from scr.settings import ScrConfig, field_problem, field_types, merge
+from policy.api import RequestRefused
 
 # Field -> variable, in field order.
 ENV_VARS: dict[str, str] = {f.name: f.metadata["env"] for f in dataclasses.fields(ScrConfig)}
@@ -53,10 +54,12 @@ IGNORED_ENV: tuple[str, ...] = (
 SINGLE_PHASE_ENV: dict[str, str] = {"KVREUSE_V6": "1", "KVREUSE_PIN_ONLY": "0", "KVREUSE_LEAD_FREEZE": "0"}
 
 
-class UnsupportedKnob(ValueError):
+class UnsupportedKnob(RequestRefused):
     """A ``KVREUSE_*`` variable or a request's ``cache_salt`` knob asks for the single-phase path
     (§7.6), which this port does not implement. Raised so that nothing runs full SCR in its place
-    silently: at start for the variables, per request for the knobs."""
+    silently: at start for the variables, per request for the knobs (a 400 naming ``cache_salt``)."""
+
+    field = "cache_salt"
 
 
 def not_ported(setting: str, raw: str, accepted: str, effect: str = "selects the single-phase path") -> str:

@@ -1,22 +1,58 @@
 """The lines the SCR runtime prints, built from plain data (formats: ``scr/authors_log.py``).
 
-Kept apart from ``scr/runner.py`` so the runner only decides *when* a line is printed; what it
-says (and its exact bytes, which the accounting and tests parse) is fixed here.
+Kept apart from ``scr/steps.py`` so the step carrier only decides *when* a line is printed; what
+it says (and its exact bytes, which the accounting and tests parse) is fixed here, with the words
+the one executor uses for SCR (``EXECUTOR_LINES``). The authors' words ("splice", "kv6", "v6")
+stay in the lines they print; our code says "relocate".
 """
+# Spec: docs/scr.md
 
 from __future__ import annotations
 
-from typing import Mapping
+from dataclasses import dataclass
+from typing import Callable, Mapping
 
 from scr import authors_log as log_lines
 from scr.cursor import NextBlock, Relocation
-from scr.execution import Counters, RequestState, evict_floor
+from scr.execution import Counters, RelocationProgress, evict_floor
 from scr.intercept import Intercept
 from scr.kvreuse_env import AUTHORS_DEFAULTS, ENV_VARS
-from scr.memory import GIB, ScrMemory, sizes_text
+from scr.memory import GIB, ScrMemory, activation_margin_bytes, memory_problem, sizes_text
 from scr.settings import ScrConfig
+from serving.executor_lines import ExecutorLines
 
 format_line = log_lines.format_line
+
+# The executor's lines (``serving.executor_lines``) for SCR, in the ``[kvreuse]`` words the
+# authors' operators grep (``[kvreuse] scr fallback: ...``).
+EXECUTOR_LINES = ExecutorLines(
+    fallback="[kvreuse] scr fallback: rid=%s step=%s outcome=%s reason=%s",
+    step_failed="[kvreuse] scr step %s failed for rid=%s",
+    stale="scr: dropped state of %d request(s) the idle scheduler no longer has: %s",
+    invariant="[kvreuse] scr invariant check failed",
+    admit_failed="[kvreuse] scr admission failed for rid=%s",
+)
+RELOCATION_FAILED = "[kvreuse] v6 splice failed (%s); freeing %d slots"
+
+
+def phase1_again(rid: str, via: str, prefix: int, stop: int) -> str:
+    return f"[kvreuse] kv6 rid={rid} phase1 re-entry ({via}): prefix={prefix} stop={stop}"
+
+
+def plan_not_run(rid: str, action: str, reason: str) -> str:
+    return f"[kvreuse] kv6 rid={rid} plan not run ({action}: {reason})"
+
+
+def not_relocated(rid: str, block: int, reason: str) -> str:
+    return f"[kvreuse] kv6 rid={rid} block {block} not spliced ({reason}) -> normal prefill of the tail"
+
+
+def direct_undone(rid: str) -> str:
+    return f"[kvreuse] kv6 rid={rid} direct splice undone (not admitted this round)"
+
+
+def store_skipped(sid: str, reason: str) -> str:
+    return f"[kvreuse] {sid} side store skipped ({reason})"
 
 
 def authors_env(config: ScrConfig, environ: Mapping[str, str]) -> dict[str, str]:
@@ -62,6 +98,39 @@ def memory_off(memory: ScrMemory) -> str:
             f"they would take {memory.total_bytes / GIB:.2f} GiB)")
 
 
+@dataclass(frozen=True)
+class StoresDecision:
+    """What the engine does about SCR's stores at start-up (``ScrPolicy.stores``): allocate
+    ``memory`` (or nothing, ``allocate`` false), refuse to start with ``problem``, and log ``line``
+    (``warn``: at WARNING)."""
+
+    memory: ScrMemory
+    allocate: bool
+    problem: str | None
+    line: str
+    warn: bool = False
+
+
+def stores_decision(config: ScrConfig, kv_bytes_per_token: int, state_bytes_per_slot: int,
+                    measure: Callable[[], tuple[int, int] | None], where: str, *, on_gpu: bool,
+                    chunked_prefill_size: int | None, tp_size: int, pp_size: int,
+                    mem_fraction_static: float | None) -> StoresDecision:
+    """§5.4: size the side buffer and state shadow from the engine's row sizes, and check them
+    against ``measure()`` (free, total bytes where they would go; None: unknown; not asked while SCR
+    is switched off) with SGLang's activation margin."""
+    memory = ScrMemory(config.side_sessions, config.side_tokens, kv_bytes_per_token, state_bytes_per_slot)
+    if not config.enabled:
+        return StoresDecision(memory, False, None, memory_off(memory))
+    found = measure()
+    if found is None:
+        return StoresDecision(memory, True, None, memory_unknown(memory, where), warn=True)
+    free, total = found
+    margin = activation_margin_bytes(chunked_prefill_size, tp_size, pp_size, on_gpu=on_gpu)
+    problem = memory_problem(memory, free, margin, where, mem_fraction_static=mem_fraction_static,
+                             device_total=total)
+    return StoresDecision(memory, problem is None, problem, memory_fits(memory, free, margin, where))
+
+
 def multiblock_plan(rid: str, outcome: Intercept, live: int) -> str:
     cfg, blocks = outcome.config, outcome.blocks
     return format_line(
@@ -69,21 +138,21 @@ def multiblock_plan(rid: str, outcome: Intercept, live: int) -> str:
         reloc=[b.num_rows for b in blocks], kext=cfg.min_extend, maxb=cfg.max_blocks, cands=len(blocks), live=live)
 
 
-def phase1(rid: str, state: RequestState, total: int, has_state: bool, has_shadow: bool) -> str:
-    """The plan starts phase 1: read ``[radix_n0, stop)`` as the chunked request."""
+def phase1(rid: str, state: RelocationProgress, total: int, has_state: bool, has_shadow: bool) -> str:
+    """The plan starts phase 1: read ``[tree_hit, stop)`` as the chunked request."""
     cursor = state.cursor
     return format_line(
-        "phase1", rid=rid, radix_n0=state.radix_n0, chunk1=cursor.stop - state.radix_n0, n_c=cursor.blocks[0].n_c,
+        "phase1", rid=rid, radix_n0=state.tree_hit, chunk1=cursor.stop - state.tree_hit, n_c=cursor.blocks[0].n_c,
         total=total, ssm_restore=state.gate.restore, ssm_mode=state.outcome.config.ssm_mode,
         ssm_na=not has_state, ssm_obj=has_shadow)
 
 
-def relocated(rid: str, state: RequestState, relocation: Relocation, prefix: int, full_len: int,
+def relocated(rid: str, state: RelocationProgress, relocation: Relocation, prefix: int, full_len: int,
               counters: Counters) -> list[str]:
     """``phase2`` and ``splice_ok`` for ``relocation`` placed at ``[prefix, prefix + rows)``."""
     block, rows = relocation.block, relocation.block.num_rows
     left = full_len - prefix - rows
-    chunk1 = block.new_start - state.radix_n0 if relocation.index == 1 else 0
+    chunk1 = block.new_start - state.tree_hit if relocation.index == 1 else 0
     return [
         format_line("phase2", rid=rid, prefilled_chunk1=chunk1, reused_tail=rows, extend2=left, total=full_len,
                     rot_delta=prefix - block.old_start),
@@ -104,7 +173,7 @@ def next_block(rid: str, following: NextBlock, num_blocks: int, prefix: int) -> 
                        stop=following.block.new_start, prefix=prefix, abandoned=following.abandoned)
 
 
-def slot_stolen(rid: str, state: RequestState, old_start: int, rows: int, owner: str | None, ids_match: bool,
+def slot_stolen(rid: str, state: RelocationProgress, old_start: int, rows: int, owner: str | None, ids_match: bool,
                 stolen: int) -> str:
     return format_line("slot_stolen", rid=rid, slot=state.outcome.side_slot, owner=owner, sess=state.sid,
                        row_start=old_start, row_end=old_start + rows, ids_match=ids_match, stolen=stolen)

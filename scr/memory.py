@@ -91,20 +91,6 @@ def activation_margin_bytes(chunked_prefill_size: int | None, tp_size: int = 1, 
     return int(mib * MIB)
 
 
-def meminfo(text: str) -> tuple[int, int] | None:
-    """``(MemAvailable, MemTotal)`` in bytes from the text of ``/proc/meminfo``, or None when either
-    is missing (an old kernel, another OS)."""
-    values = {}
-    for line in text.splitlines():
-        name, _, rest = line.partition(":")
-        parts = rest.split()
-        if name in ("MemAvailable", "MemTotal") and parts and parts[0].isdigit():
-            values[name] = int(parts[0]) * (1024 if parts[1:] == ["kB"] else 1)
-    if len(values) < 2:
-        return None
-    return values["MemAvailable"], values["MemTotal"]
-
-
 def fits(memory: ScrMemory, free: int, margin: int) -> bool:
     """The stores fit when ``margin`` stays free after them; exactly ``margin`` left is enough."""
     return memory.total_bytes + margin <= free

@@ -1,12 +1,13 @@
 """``ScrPolicy``: Suffix Cache Reuse behind the ``policy.api.CachePolicy`` seam.
 
-SCR decides in two places the common seam does not cover: when a request enters the queue
-(session match, diff, block plan: ``admit``) and while the request is read (the two-phase
-relocation, driven by ``scr.cursor.RelocationCursor`` from ``scr.runner``, with the rules of
-``scr.execution``). ``plan`` is the seam's view of a request: resume where SGLang's prefix tree
-resumes, read the rest; relocation happens inside that read. The runtime reads and changes the
-session table only through the methods below (never ``policy.sessions`` directly), so every
-change to a session is one of these calls. Pure Python: no SGLang, no torch.
+SCR plans when a request enters the queue (``plans_at = "enqueue"``): ``plan`` admits it to its
+conversation, diffs the previous prompt against the new one and answers with ``Extend``,
+``Relocate`` and ``Restore`` steps (``scr.execution.relocation_plan``), resuming wherever SGLang's
+prefix match ends. The one executor carries the steps out with this policy's step carrier
+(``step_carrier``: ``scr.steps.ScrSteps``, the two-phase relocation driven by
+``scr.cursor.RelocationCursor`` with the rules of ``scr.execution``). The carrier reads and
+changes the session table only through the methods below (never ``policy.sessions`` directly),
+so every change to a session is one of these calls. Pure Python: no SGLang, no torch.
 """
 # Spec: docs/scr.md
 
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Mapping, Sequence
 
 from policy.api import Arrival, Plan, PolicyDefaults, Release
-from policy.radix import tree_hit_plan
+from scr.execution import relocation_plan
 from scr.intercept import Intercept, intercept
 from scr.knobs import parse_request_knobs
 from scr.sessions import Dropped, SessionTable, Store, request_identity
@@ -37,6 +38,7 @@ class ScrPolicy(PolicyDefaults):
     its own shadow (``patches/scr_tensors.py``), outside SGLang's Mamba pool."""
 
     name: ClassVar[str] = "scr"
+    plans_at: ClassVar[str] = "enqueue"
     config_class: ClassVar[type] = ScrConfig
 
     def __init__(self, config: ScrConfig):
@@ -46,7 +48,25 @@ class ScrPolicy(PolicyDefaults):
     # ------------------------------------------------------------------ the seam
 
     def plan(self, arrival: Arrival) -> Plan:
-        return tree_hit_plan(arrival)
+        """At enqueue: ``admit`` the request, then its relocation plan (``detail``: the outcome).
+        Raises ``scr.kvreuse_env.UnsupportedKnob`` (a ``policy.api.RequestRefused``) for a knob
+        this port does not serve."""
+        outcome = self.admit(arrival.tokens, arrival.cache_key, arrival.rid, arrival.session_id)
+        return relocation_plan(arrival.rid, outcome, len(arrival.tokens))
+
+    def stores(self, kv_bytes_per_token: int, state_bytes_per_slot: int, measure, where: str, **server):
+        """``scr.lines.StoresDecision``: SCR's side buffer and state shadow for an engine whose rows
+        take these bytes (``state_bytes_per_slot`` 0: no shadow), ``measure()`` the free memory there."""
+        from scr.lines import stores_decision
+
+        shadow = state_bytes_per_slot if self.config.ssm else 0
+        return stores_decision(self.config, kv_bytes_per_token, shadow, measure, where, **server)
+
+    def step_carrier(self, engine, logger, leader: bool):
+        """``scr.steps.ScrSteps`` over the hook set's engine port."""
+        from scr.steps import ScrSteps
+
+        return ScrSteps(self, engine, logger, leader)
 
     def release(self, release: Release) -> None:
         return None

@@ -1,9 +1,11 @@
 """What the policy executor remembers about each request, for its plan checks and its event.
 
 ``patches/executor.py`` reads SGLang's ``Req`` and hands plain values here: the prompt, the plan
-(a ``policy.api.Plan``), where each prefill forward ended. One ``TrackedRequest`` per request,
-kept in a ``RequestBook`` keyed by rid from the first prefix match to the release hook, which
-pops it (the executor's idle check reports any left over).
+(a ``policy.api.Plan``), where each prefill forward ended, the rows moved in. One
+``TrackedRequest`` per request, for every policy, kept in a ``RequestBook`` keyed by rid from
+the plan (at enqueue or at the first prefix match) to the release hook, which pops it (the
+executor's idle check reports any left over). A policy whose steps need engine-time state of
+their own (SCR's relocation progress) keeps it in ``progress``, which only its step carrier reads.
 """
 
 from __future__ import annotations
@@ -40,6 +42,10 @@ class TrackedRequest:
     pieces: list = field(default_factory=list)  # [start, end] of each prefill forward seen
     fallback: str | None = None  # why a policy step failed (the event's ``fallback``)
     match_cap: int | None = None  # SGLang limited the prefix match to this many tokens
+    moved: int = 0  # rows relocated into the prefix (``Relocate`` steps carried out)
+    blocks: int = 0  # relocations carried out
+    retractions: int = 0  # times SGLang retracted or preempted the request after admission
+    progress: Any = None  # the policy step carrier's own per-request state (None: it has none)
 
     def read_to(self, end: int) -> Forward | None:
         """Record a prefill forward that ended at ``end``; None when it read nothing new.
@@ -50,7 +56,7 @@ class TrackedRequest:
         end = min(end, len(self.tokens))
         if end == self.read_until:
             return None
-        expected = next((f for f in self.plan.forwards() if f[0] == self.read_until), None)
+        expected = next((f for f in self.plan.forwards() if f[0] == self.read_until), None) if self.plan else None
         start, self.read_until = self.read_until, end
         self.pieces.append([start, end])
         if expected != (start, end):
@@ -77,15 +83,16 @@ class RequestBook(dict):
         return tuple(ids)
 
     def track(self, rid: str, tokens: tuple[int, ...], plan, match_cap: int | None):
-        """(Re)plan ``rid``: the latest plan wins; the first sighting's time and fallback stay.
-        Raises ``ValueError`` for a plan that does not tile the prompt."""
+        """(Re)plan ``rid``: the latest plan wins; the first sighting's time, fallback and
+        retraction count stay. Raises ``ValueError`` for a plan that does not tile the prompt."""
         if plan is not None:
             plan.validate(len(tokens))
         previous = self.get(rid)
         self[rid] = TrackedRequest(
             queued_ts=previous.queued_ts if previous else time.time(), tokens=tokens, plan=plan,
             read_until=plan.resume if plan else 0,
-            fallback=previous.fallback if previous else None, match_cap=match_cap)
+            fallback=previous.fallback if previous else None, match_cap=match_cap,
+            retractions=previous.retractions if previous else 0)
         return plan
 
     def note_fallback(self, rid: str, reason: str) -> None:
@@ -146,22 +153,40 @@ def tree_plan_problem(plan, tree_hit: int) -> str | None:
 
 def event_fields(tracked: TrackedRequest | None, match_cap: int | None) -> dict:
     """The ``RequestEvent`` fields the executor's bookkeeping supplies (``match_cap``: SGLang's, for
-    a request that was never tracked)."""
+    a request that was never tracked). ``plan_resume`` is the resume of a plan made at the match;
+    a plan made at enqueue has none of its own (it resumes wherever the match ends)."""
     if tracked is None:
         return dict(plan_resume=None, queued_ts=time.time(), snapshots=[], forwards_off_plan=0, pieces=[],
-                    fallback=None, match_cap=match_cap)
-    return dict(plan_resume=tracked.plan.resume if tracked.plan else None, queued_ts=tracked.queued_ts,
-                snapshots=tracked.snapshots, forwards_off_plan=tracked.forwards_off_plan, pieces=tracked.pieces,
-                fallback=tracked.fallback, match_cap=tracked.match_cap)
+                    fallback=None, match_cap=match_cap, blocks=0, retractions=0)
+    plan = tracked.plan
+    return dict(plan_resume=plan.resume if plan is not None and plan.resume_limit is None else None,
+                queued_ts=tracked.queued_ts, snapshots=tracked.snapshots, forwards_off_plan=tracked.forwards_off_plan,
+                pieces=tracked.pieces, fallback=tracked.fallback, match_cap=tracked.match_cap, blocks=tracked.blocks,
+                retractions=tracked.retractions)
+
+
+def accounting(prompt_len: int, cached_tokens: int, moved: int) -> tuple[int, int]:
+    """``(prefix_reused, read)`` of a request's event::
+
+        |0 .. prefix_reused|moved|read ... prompt_len|
+
+    Without relocated rows SGLang's ``cached_tokens`` (at most the prompt) were reused. With them,
+    SGLang counts each relocated row twice in ``cached_tokens`` (once attached, once in
+    ``prepare_for_extend``), and nothing is clamped, so check I1 sees any error in the rule."""
+    if moved == 0:
+        reused = min(cached_tokens, prompt_len)
+    else:
+        reused = cached_tokens - 2 * moved
+    return reused, prompt_len - reused - moved
 
 
 def request_event(tracked: TrackedRequest | None, match_cap: int | None, *, prompt_tokens: int,
                   cached_tokens: int, **fields) -> RequestEvent:
-    """The event of a request the executor served: SGLang's ``cached_tokens`` (at most the
-    prompt) were reused, the rest read, nothing relocated. ``fields``: ``rid``, ``policy``,
-    ``decode_tokens``, ``cache_salt``, ``finish_reason``."""
-    reused = min(cached_tokens, prompt_tokens)
-    return RequestEvent(prompt_tokens=prompt_tokens, prefix_reused=reused, moved=0, read=prompt_tokens - reused,
+    """The event of a request the executor served (``accounting``). ``fields``: ``rid``,
+    ``policy``, ``decode_tokens``, ``cache_salt``, ``finish_reason``."""
+    moved = tracked.moved if tracked is not None else 0
+    reused, read = accounting(prompt_tokens, cached_tokens, moved)
+    return RequestEvent(prompt_tokens=prompt_tokens, prefix_reused=reused, moved=moved, read=read,
                         finished_ts=time.time(), **event_fields(tracked, match_cap), **fields)
 
 

@@ -131,8 +131,8 @@ def _fresh_rope(geometry: Geometry, dtype: torch.dtype, device: str):
 
 def rotary_facts(rope, geometry: Geometry) -> dict:
     """What the SCR start-up check reads off the model's rotary, and its verdict
-    (``scr.rotary.rotary_problem``: None means SCR would re-rotate with this table)."""
-    from scr.rotary import expected_text_rotary, rotary_problem
+    (``patches.rope.rotary_problem``: None means SCR would re-rotate with this table)."""
+    from patches.rope import expected_text_rotary, rotary_problem
 
     config = SimpleNamespace(head_dim=geometry.head_dim, hidden_size=5120, num_attention_heads=geometry.num_q_heads,
                              rope_parameters=geometry.rope_parameters())

@@ -1,5 +1,6 @@
-"""A fake engine for ``patches/scr_runtime.py``: SGLang's objects reduced to the fields the runtime
-reads and writes (requests, the KV pool and allocator, the recurrent-state pool, the prefill
+"""A fake engine for SCR's path through the one executor (``patches/executor.py`` with SCR's step
+carrier over ``patches/scr_runtime.py``): SGLang's objects reduced to the fields they
+read and write (requests, the KV pool and allocator, the recurrent-state pool, the prefill
 adder), driven through fixed scenarios: one and two blocks, waiting-queue relocations (kept and
 undone), retraction, a busy chunked slot, phase 1 past its stop, evict-then-retry, aborts,
 injected faults, a stolen side slot.
@@ -20,6 +21,7 @@ import types
 import torch
 
 from serving import faults
+from patches import hook_sets
 from patches import scr_runtime as rt
 from patches import scr_tensors
 from scr.policy import ScrPolicy
@@ -132,7 +134,7 @@ def make(config):
                tokenizer=None, chunked_req=None, waiting_queue=[], is_fully_idle=lambda: True,
                ps=NS(tp_rank=0, tp_size=1), tp_cpu_group=None)
     sched.tree_cache = Tree(alloc)
-    runtime = rt.ScrRuntime(ScrPolicy(config), sched, Events(), True)
+    runtime = hook_sets.enqueue_executor(sched, ScrPolicy(config), Events(), True)
     return NS(rt=runtime, sched=sched, alloc=alloc, pool=pool, mamba=mamba, next_pool=[0], next_state=[0])
 
 
@@ -168,7 +170,7 @@ def match(env, req, n, slots=None):
 
 
 def admit(env, req, has_chunked=False, forced=False, admit_it=True):
-    from patches.scr_runtime import FORCED
+    from patches.executor import FORCED
 
     adder = NS(can_run_list=[], new_chunked_req=None)
     if forced:

@@ -18,4 +18,3 @@ def fake_policy():
         yield FAKE_POLICY
     finally:
         registry._IMPLEMENTATIONS.pop(FAKE_POLICY, None)
-        registry._HOOKS.pop(FAKE_POLICY, None)

@@ -150,13 +150,13 @@ COLD_300_FORWARDS = [(0, 64), (64, 128), (128, 192), (192, 256), (256, 300)]
 
 
 def exact_executor(events=None) -> PolicyExecutor:
-    return PolicyExecutor(ExactPolicy(EXACT), events, plans_in_tree=True)
+    return PolicyExecutor(ExactPolicy(EXACT), events)  # plans_at = tree
 
 
 def test_exact_cold_plan_and_pieces_as_planned(caplog):
     executor = exact_executor()
     req = FakeReq("x1", list(range(300)))
-    plan = executor.plan_exact(req, 0, ())
+    plan = executor.plan_in_tree(req, 0, ())
     assert plan.resume == 0
     assert plan.forwards() == COLD_300_FORWARDS
     assert plan.snapshots() == {256: "periodic"}
@@ -173,7 +173,7 @@ def test_exact_tail_reported_with_the_first_output_token():
     """The tail piece may only be seen as end = |P| + 1: clamped to |P|, it is the planned tail."""
     executor = exact_executor()
     req = FakeReq("x2", list(range(300)))
-    executor.plan_exact(req, 0, ())
+    executor.plan_in_tree(req, 0, ())
     assert [executor.piece_done(req, end) for end in (64, 128, 192, 256, 301)] == [None, None, None, "periodic", None]
     assert executor._tracked["x2"].forwards_off_plan == 0
     assert executor._tracked["x2"].read_until == 300
@@ -182,7 +182,7 @@ def test_exact_tail_reported_with_the_first_output_token():
 def test_exact_repeated_end_is_not_a_forward():
     executor = exact_executor()
     req = FakeReq("x3", list(range(300)))
-    executor.plan_exact(req, 0, ())
+    executor.plan_in_tree(req, 0, ())
     assert executor.piece_done(req, 64) is None
     assert executor.piece_done(req, 64) is None  # no new tokens read: ignored, not off plan
     assert executor._tracked["x3"].forwards_off_plan == 0
@@ -192,7 +192,7 @@ def test_exact_resumed_plan_from_the_tree_walk():
     executor = exact_executor()
     req = FakeReq("x4", list(range(300)), extra_key="salt")
     # m = 200 -> A = 192; states (64, 192) -> c* = 192; keep: 256 (periodic) only.
-    plan = executor.plan_exact(req, 200, (64, 192))
+    plan = executor.plan_in_tree(req, 200, (64, 192))
     assert plan == Plan("x4", 192, (Extend(192, 256), Snapshot(256, "periodic"), Extend(256, 300)))
     assert [executor.piece_done(req, end) for end in (256, 300)] == ["periodic", None]
     assert executor._tracked["x4"].forwards_off_plan == 0
@@ -201,7 +201,7 @@ def test_exact_resumed_plan_from_the_tree_walk():
 def test_exact_off_plan_forward_is_counted_and_logged(caplog):
     executor = exact_executor()
     req = FakeReq("x5", list(range(300)))
-    executor.plan_exact(req, 0, ())
+    executor.plan_in_tree(req, 0, ())
     with caplog.at_level(logging.ERROR):
         assert executor.piece_done(req, 100) is None  # [0, 100): not a piece
     assert executor._tracked["x5"].forwards_off_plan == 1
@@ -219,7 +219,7 @@ def test_exact_event_carries_snapshots_and_off_plan_count(tmp_path):
     path = tmp_path / "e.jsonl"
     executor = exact_executor(EventWriter(str(path)))
     req = FakeReq("x6", list(range(300)), extra_key="k")
-    executor.plan_exact(req, 0, ())
+    executor.plan_in_tree(req, 0, ())
     for end in (64, 128, 192, 256):
         kind = executor.piece_done(req, end)
         if kind is not None:
@@ -250,9 +250,9 @@ def test_radix_event_has_empty_snapshots(tmp_path):
 def test_replanning_a_waiting_request_resets_its_progress():
     executor = exact_executor()
     req = FakeReq("x7", list(range(300)))
-    assert executor.plan_exact(req, 0, ()).resume == 0
+    assert executor.plan_in_tree(req, 0, ()).resume == 0
     before = executor._tracked["x7"]
-    executor.plan_exact(req, 200, (192,))  # re-matched on a later scheduling pass: c* = 192
+    executor.plan_in_tree(req, 200, (192,))  # re-matched on a later scheduling pass: c* = 192
     tracked = executor._tracked["x7"]
     assert (tracked.plan.resume, tracked.read_until, tracked.forwards_off_plan) == (192, 192, 0)
     assert tracked.tokens is before.tokens and tracked.queued_ts == before.queued_ts
@@ -270,7 +270,7 @@ def test_replanning_a_waiting_request_resets_its_progress():
 def test_on_matched_checks_the_tree_against_the_plan(prefix_len, raises, aborts):
     executor = exact_executor()
     req = FakeReq("x8", list(range(300)))
-    executor.plan_exact(req, 200, (192,))  # c* = 192
+    executor.plan_in_tree(req, 200, (192,))  # c* = 192
     req.prefix_indices = [0] * prefix_len
     assert executor.on_matched(req) is None
     if raises:  # the answer could not be exact: the request (not the server) ends, with the reason
@@ -289,7 +289,10 @@ def test_on_matched_without_a_plan_from_the_tree(aborts):
 
 
 def test_a_plan_with_snapshots_is_refused_outside_the_tree():
-    executor = PolicyExecutor(ExactPolicy(EXACT), None)  # plans_in_tree=False
+    class PlansAtTheMatch(ExactPolicy):  # exact's plans, made where a plain policy plans
+        plans_at = "match"
+
+    executor = PolicyExecutor(PlansAtTheMatch(EXACT), None)
     executor.on_matched(FakeReq("x10", list(range(300))))
     assert executor._tracked["x10"].fallback == (
         "plan: NotImplementedError: plan x10: step Snapshot(at=256, kind='periodic') needs a policy that "
@@ -314,7 +317,7 @@ def test_a_failing_exact_plan_falls_back_to_a_cold_read(monkeypatch):
     monkeypatch.setattr(faults, "_CALLS", {})
     executor = exact_executor()
     req = FakeReq("x11", list(range(300)))
-    plan = executor.plan_exact(req, 200, (192,))
+    plan = executor.plan_in_tree(req, 200, (192,))
     assert plan.resume == 0 and [f for f in plan.forwards()] == COLD_300_FORWARDS
     assert executor._tracked["x11"].fallback.startswith("plan: InjectedFault")
 

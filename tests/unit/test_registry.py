@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -10,6 +11,7 @@ from exact_cache.config import ExactConfig
 from exact_cache.policy import ExactPolicy
 from policy import registry
 from policy.radix import RadixConfig, RadixPolicy
+from policy.api import PLANS_AT
 from policy.registry import PolicyError, PolicySpec
 from tests.unit.conftest import FAKE_POLICY
 from tests.unit.fake_policy import FakeConfig, FakePolicy
@@ -116,32 +118,23 @@ def test_register_rejects_path_without_colon():
     assert "bad" not in registry.names()
 
 
-def test_register_rejects_hooks_path_without_colon():
-    with pytest.raises(ValueError) as info:
-        registry.register("bad", "tests.unit.fake_policy:FakePolicy", hooks="patches.policy_hooks.install_plain")
-    assert str(info.value) == "expected 'module:attribute', got 'patches.policy_hooks.install_plain'"
-    assert "bad" not in registry.names()
+@pytest.mark.parametrize("policy, when", [("radix", "match"), ("exact", "tree"), ("scr", "enqueue")])
+def test_each_policy_says_when_it_plans(policy, when):
+    assert registry.plans_at(policy) == when and when in PLANS_AT
 
 
-@pytest.mark.parametrize(
-    "policy, hooks",
-    [
-        ("radix", "patches.policy_hooks:install_plain"),
-        ("exact", "patches.policy_hooks:install_exact"),
-        ("scr", "patches.scr_hooks:install"),
-    ],
-)
-def test_hooks_path_names_each_policy_hook_set(policy, hooks):
-    assert registry.hooks_path(policy) == hooks
+def test_a_policy_that_says_nothing_plans_at_the_match(fake_policy):
+    assert registry.plans_at(fake_policy) == "match"
 
 
-def test_hooks_path_defaults_to_plain_executor(fake_policy):
-    assert registry.hooks_path(fake_policy) == registry.PLAIN_HOOKS
-
-
-def test_hooks_path_unknown_policy():
+def test_plans_at_of_an_unknown_policy():
     with pytest.raises(PolicyError, match="unknown cache policy 'nope'"):
-        registry.hooks_path("nope")
+        registry.plans_at("nope")
+
+
+def test_the_registry_names_no_module_of_patches():
+    source = Path(registry.__file__).read_text()
+    assert "patches." not in source.replace("patches/", "")
 
 
 def test_policy_error_is_a_value_error():
@@ -353,24 +346,6 @@ def test_spec_resolve_rejects_bad_setting(fake_policy):
     with pytest.raises(PolicyError) as info:
         PolicySpec.resolve(fake_policy, ["ratio=x"])
     assert str(info.value) == "ratio='x': expected a number"
-
-
-@pytest.mark.parametrize(
-    "policy, module, function",
-    [
-        ("radix", "patches.policy_hooks", "install_plain"),
-        ("exact", "patches.policy_hooks", "install_exact"),
-    ],
-)
-def test_hook_installer_imports_the_named_function(policy, module, function):
-    installer = registry.hook_installer(policy)
-    assert (installer.__module__, installer.__name__) == (module, function)
-
-
-def test_hook_installer_of_a_path_that_names_nothing(fake_policy, monkeypatch):
-    monkeypatch.setitem(registry._HOOKS, fake_policy, "patches.policy_hooks:no_such_installer")
-    with pytest.raises(AttributeError):
-        registry.hook_installer(fake_policy)
 
 
 @pytest.mark.parametrize(

@@ -107,9 +107,10 @@ def test_event_fields_of_a_tracked_request():
     request.snapshots.append([128, "periodic"])
     request.pieces.append([0, 128])
     request.fallback, request.forwards_off_plan, request.match_cap = "plan: boom", 1, 5
+    request.blocks, request.retractions = 2, 1
     assert event_fields(request, 7) == dict(plan_resume=0, queued_ts=1.0, snapshots=[[128, "periodic"]],
                                             forwards_off_plan=1, pieces=[[0, 128]], fallback="plan: boom",
-                                            match_cap=5)
+                                            match_cap=5, blocks=2, retractions=1)
     request.plan = None
     assert event_fields(request, 7)["plan_resume"] is None
 
@@ -117,7 +118,8 @@ def test_event_fields_of_a_tracked_request():
 def test_event_fields_of_an_untracked_request():
     fields = event_fields(None, 7)
     assert fields.pop("queued_ts") > 0
-    assert fields == dict(plan_resume=None, snapshots=[], forwards_off_plan=0, pieces=[], fallback=None, match_cap=7)
+    assert fields == dict(plan_resume=None, snapshots=[], forwards_off_plan=0, pieces=[], fallback=None, match_cap=7,
+                          blocks=0, retractions=0)
 
 
 @pytest.mark.parametrize(

@@ -1,13 +1,15 @@
-"""scr/execution.py: the rules the SGLang side asks while it executes a relocation plan."""
+"""scr/execution.py: SCR's plan as ``policy.api`` steps, and the rules its step carrier asks."""
 
 from __future__ import annotations
 
 import pytest
 
+from policy.api import Extend, Plan, Relocate, Restore
 from scr.cursor import RelocationCursor
-from scr.execution import (Counters, RequestState, accounting, chunk_admission, evict_amount, evict_floor,
-                           new_cursor, plan_gate, relocation_refusal, request_event, snapshot_at_prefill_end,
+from scr.execution import (Counters, RelocationProgress, blocks_of, chunk_admission, evict_amount, evict_floor,
+                           new_cursor, plan_gate, relocation_plan, relocation_refusal, snapshot_at_prefill_end,
                            state_at_release)
+from serving.request_book import TrackedRequest, accounting, request_event
 from scr.gates import Gate
 from scr.intercept import Intercept
 from scr.planner import Block
@@ -66,8 +68,8 @@ def test_evict_floor(size, frac, expected):
     assert evict_floor(size, frac) == expected
 
 
-def state(**fields) -> RequestState:
-    return RequestState("r", "s000001", Intercept("cold", ScrConfig()), 0.0, **fields)
+def state(**fields) -> RelocationProgress:
+    return RelocationProgress("s000001", Intercept("cold", ScrConfig()), **fields)
 
 
 CURSOR = RelocationCursor((BLOCK,), lead_new_end=1500, max_retries=8, restore=True)
@@ -80,7 +82,7 @@ CURSOR = RelocationCursor((BLOCK,), lead_new_end=1500, max_retries=8, restore=Tr
         pytest.param(ScrConfig(), False, state(), False, True, False, id="no-shadow"),
         pytest.param(ScrConfig(ssm_snap="release"), True, state(), False, True, False, id="snap-at-release"),
         pytest.param(ScrConfig(), True, None, False, True, False, id="untracked"),
-        pytest.param(ScrConfig(), True, RequestState("r", None, Intercept("off", ScrConfig()), 0.0), False, True,
+        pytest.param(ScrConfig(), True, RelocationProgress(None, Intercept("off", ScrConfig())), False, True,
                      False, id="no-session"),
         pytest.param(ScrConfig(), True, state(cursor=CURSOR), False, True, False, id="plan-running"),
         pytest.param(ScrConfig(), True, state(), True, True, False, id="finished"),
@@ -146,28 +148,54 @@ def test_plan_gate(outcome, has_state, has_shadow, expected):
 def test_new_cursor_starts_at_the_first_block_with_the_gates_restore():
     request = state(gate=Gate(True, restore=True))
     request.outcome = plan_outcome(0, 1500, splice_retry=3)
-    cursor = new_cursor(request)
+    cursor = new_cursor(request, relocation_plan("r", request.outcome, 3000))
     assert (cursor.stop, cursor.max_retries, cursor.restore, cursor.index) == (1500, 3, True, 0)
+    assert cursor.blocks == (BLOCK,) and cursor.lead_new_end == 1500
 
 
-def test_retraction_ends_the_plan_and_says_why_only_when_it_mattered():
+def test_new_cursor_restores_only_where_the_plan_has_a_restore():
+    request = state(gate=Gate(True, restore=True))
+    request.outcome = plan_outcome(0, 1500, ssm_mode="none")
+    assert new_cursor(request, relocation_plan("r", request.outcome, 3000)).restore is False
+
+
+def test_relocation_plan_reads_relocates_restores_and_reads_the_rest():
+    outcome = plan_outcome(0, 1500)
+    plan = relocation_plan("r", outcome, 3000)
+    assert plan == Plan("r", 0, (Extend(0, 1500), Relocate(1500, 1284, 1700, 0), Restore(2784, 0),
+                                 Extend(2784, 3000)), resume_limit=1500, detail=outcome)
+    plan.validate(3000)
+    assert plan.at_tree_hit(1024).steps[0] == Extend(1024, 1500)
+    assert plan.at_tree_hit(1500).steps[0] == Relocate(1500, 1284, 1700, 0)  # relocated before admission
+    assert plan.at_tree_hit(1501) is None  # past the leading run: no plan
+
+
+def test_relocation_plan_of_two_blocks_restores_with_the_first_only():
+    second = Block(old_start=3100, new_start=2900, num_rows=84, n_c=100, new_end=3000)
+    outcome = Intercept("plan", ScrConfig(), plan_outcome(0, 1500).admission, kept=2800, blocks=(BLOCK, second),
+                        lead_new_end=1024, side_slot=3)
+    plan = relocation_plan("r", outcome, 3100)
+    plan.validate(3100)
+    assert plan.steps == (Extend(0, 1500), Relocate(1500, 1284, 1700, 3), Restore(2784, 3), Extend(2784, 2900),
+                          Relocate(2900, 84, 3100, 3), Extend(2984, 3100))
+    assert blocks_of(plan.relocations(), ScrConfig().min_extend) == (BLOCK, second)
+
+
+@pytest.mark.parametrize("kind", ["cold", "passthrough", "no_plan", "off"])
+def test_every_other_outcome_reads_the_prompt_from_the_tree_hit(kind):
+    plan = relocation_plan("r", Intercept(kind, ScrConfig()), 3000)
+    assert (plan.steps, plan.resume_limit) == ((Extend(0, 3000),), 3000)
+    assert plan.at_tree_hit(1024).steps == (Extend(1024, 3000),)
+    assert plan.at_tree_hit(3000).steps == ()
+
+
+def test_retraction_ends_the_plan_and_says_whether_one_was_running():
     quiet = state()
-    quiet.retracted()
-    assert (quiet.retractions, quiet.fallback) == (1, None)
-    relocated = state(cursor=CURSOR, phase1=True, moved=100, cut=True, outside_tree=True, direct=("slots", 100))
-    relocated.retracted()
-    assert relocated.fallback == "retracted: read again without relocation"
+    assert quiet.retracted() is False
+    relocated = state(cursor=CURSOR, phase1=True, cut=True, outside_tree=True, direct=("slots", 100))
+    assert relocated.retracted() is True
     assert (relocated.cursor, relocated.phase1, relocated.cut, relocated.outside_tree, relocated.direct) == (
         None, False, False, False, None)
-
-
-
-@pytest.mark.parametrize("fields", [dict(cursor=CURSOR, phase1=True), dict(moved=100)],
-                         ids=["plan-pending-nothing-moved", "rows-moved-plan-over"])
-def test_retraction_says_why_when_either_a_plan_was_pending_or_rows_had_moved(fields):
-    request = state(**fields)
-    request.retracted()
-    assert request.fallback == "retracted: read again without relocation"
 
 
 @pytest.mark.parametrize(
@@ -192,11 +220,11 @@ def test_counters_count_and_uncount_relocations():
 
 
 def test_request_event_counts_relocated_rows_once():
-    request = state(moved=1284, blocks=1, fallback="store: boom", retractions=1)
-    request.queued_ts = 5.0
-    event = request_event(request, "scr", 9.0, prompt_tokens=3000, cached_tokens=1500 + 2 * 1284, decode_tokens=4,
-                          cache_salt="t", finish_reason="stop", match_cap=None)
+    record = TrackedRequest(queued_ts=5.0, tokens=(), plan=relocation_plan("r", plan_outcome(0, 1500), 3000),
+                            moved=1284, blocks=1, fallback="store: boom", retractions=1)
+    event = request_event(record, None, rid="r", policy="scr", prompt_tokens=3000, cached_tokens=1500 + 2 * 1284,
+                          decode_tokens=4, cache_salt="t", finish_reason="stop")
     assert (event.prefix_reused, event.moved, event.read) == (1500, 1284, 216)
     assert (event.rid, event.policy, event.blocks, event.fallback, event.retractions) == (
         "r", "scr", 1, "store: boom", 1)
-    assert (event.queued_ts, event.finished_ts, event.plan_resume, event.decode_tokens) == (5.0, 9.0, None, 4)
+    assert (event.queued_ts, event.plan_resume, event.decode_tokens) == (5.0, None, 4)  # made at enqueue: no resume

@@ -75,7 +75,7 @@ def blocks_two():
 
 def test_cursor_reads_to_each_stop_then_relocates():
     cursor = RelocationCursor(blocks_two(), lead_new_end=1500, max_retries=8, restore=True)
-    assert cursor.decide(radix_n0=1024, chunked_slot_busy=False, gate_allows=True) == Decision("phase1")
+    assert cursor.decide(tree_hit=1024, chunked_slot_busy=False, gate_allows=True) == Decision("phase1")
     assert cursor.at_prefix(1200) == "read"
     assert cursor.at_prefix(1500) == Relocation(blocks_two()[0], 1, arm_restore=True)
     assert cursor.after_relocation() == NextBlock(3000, blocks_two()[1], 2, 0)

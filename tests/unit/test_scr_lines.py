@@ -1,4 +1,4 @@
-"""scr/lines.py: the runtime's lines, byte for byte (the accounting and the tests parse them)."""
+"""scr/lines.py: the step carrier's lines, byte for byte (the accounting and the tests parse them)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 from scr import lines
 from scr.cursor import NextBlock, Relocation, RelocationCursor
-from scr.execution import Counters, RequestState
+from scr.execution import Counters, RelocationProgress
 from scr.gates import Gate
 from scr.intercept import Intercept
 from scr.memory import GIB, ScrMemory
@@ -23,7 +23,7 @@ def state():
     session = Session("s000001", None, side_slot=2, state_tokens=1500)
     admission = Admission(session, False, tuple(range(10)), 3, (), MatchReport(session, "matched"))
     outcome = Intercept("plan", ScrConfig(), admission, kept=2800, blocks=(B1, B2), lead_new_end=1500, side_slot=2)
-    request = RequestState("r1", "s000001", outcome, 0.0, gate=Gate(True, restore=True), radix_n0=1024)
+    request = RelocationProgress("s000001", outcome, gate=Gate(True, restore=True), tree_hit=1024)
     request.cursor = RelocationCursor(outcome.blocks, 1500, 8, True)
     return request
 

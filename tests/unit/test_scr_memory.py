@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from serving.host_memory import meminfo
+
 from scr.memory import (
     GIB,
     MIB,
@@ -16,7 +18,6 @@ from scr.memory import (
     max_side_sessions,
     max_side_tokens,
     memory_problem,
-    meminfo,
     state_bytes_per_slot,
 )
 

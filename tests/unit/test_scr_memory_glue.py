@@ -1,4 +1,5 @@
-"""``patches/scr_tensors.py`` at start-up: the stores are sized off SGLang's pools, checked against
+"""``patches/scr_tensors.py`` at start-up: the stores are sized off SGLang's pools (the policy's
+``stores`` decision), checked against
 a faked free-memory figure, refused with the launcher's exit-2 message when short, and not
 allocated at all while SCR is switched off (``docs/scr.md`` §5.4). Small CPU tensors, no server."""
 
@@ -12,6 +13,8 @@ import torch
 
 from patches import scr_tensors
 from scr.memory import GIB, MIB, ScrMemory
+from scr import lines as scr_lines
+from scr.policy import ScrPolicy
 from scr.settings import ScrConfig
 from serving import refusals
 
@@ -72,7 +75,7 @@ def expected_sizes(config: ScrConfig, hybrid: bool = True) -> ScrMemory:
 @pytest.mark.parametrize("hybrid", [True, False], ids=["hybrid", "dense"])
 def test_sizes_read_off_the_pools_are_what_gets_allocated(hybrid):
     config = ScrConfig(side_sessions=3, side_tokens=10)
-    tensors = scr_tensors.ScrTensors(scheduler(hybrid), config, measure=plenty)
+    tensors = scr_tensors.ScrTensors(scheduler(hybrid), ScrPolicy(config), measure=plenty)
     assert tensors.memory == expected_sizes(config, hybrid)
     side = sum(t.numel() * t.element_size() for pair in tensors.side.kv for t in pair)
     assert side == tensors.memory.side_bytes and tensors.side.bytes_per_token == tensors.memory.kv_bytes_per_token
@@ -83,7 +86,7 @@ def test_sizes_read_off_the_pools_are_what_gets_allocated(hybrid):
 
 
 def test_ssm_off_sizes_and_allocates_no_shadow():
-    tensors = scr_tensors.ScrTensors(scheduler(), ScrConfig(ssm=False, side_sessions=2, side_tokens=5), measure=plenty)
+    tensors = scr_tensors.ScrTensors(scheduler(), ScrPolicy(ScrConfig(ssm=False, side_sessions=2, side_tokens=5)), measure=plenty)
     assert tensors.shadow is None and tensors.memory.shadow_bytes == 0
 
 
@@ -94,7 +97,7 @@ def test_switched_off_allocates_and_measures_nothing(monkeypatch, caplog):
     monkeypatch.setattr(scr_tensors, "SideBuffer", no_alloc)
     monkeypatch.setattr(scr_tensors, "StateShadow", no_alloc)
     with caplog.at_level(logging.INFO, logger=scr_tensors.__name__):
-        tensors = scr_tensors.ScrTensors(scheduler(), ScrConfig(enabled=False), measure=never)
+        tensors = scr_tensors.ScrTensors(scheduler(), ScrPolicy(ScrConfig(enabled=False)), measure=never)
     assert tensors.side is None and tensors.shadow is None
     assert tensors.memory == expected_sizes(ScrConfig())  # still known, for the line
     assert "scr: switched off (enabled=False): no side buffer or state shadow allocated" in caplog.text
@@ -108,7 +111,7 @@ def test_short_memory_refuses_before_allocating(monkeypatch, refusal_file):
     config = ScrConfig(side_sessions=4, side_tokens=1000)
     need = expected_sizes(config).total_bytes
     with pytest.raises(SystemExit) as stopped:
-        scr_tensors.ScrTensors(scheduler(), config, measure=lambda device: (need + CPU_MARGIN - 1, 4 * GIB))
+        scr_tensors.ScrTensors(scheduler(), ScrPolicy(config), measure=lambda device: (need + CPU_MARGIN - 1, 4 * GIB))
     [message] = refusals.reasons(str(refusal_file))
     assert str(stopped.value) == f"cache-policy overlay: {message}"
     assert message.startswith("SCR needs 0.00 GiB on cpu outside SGLang's pools (side buffer 0.00 GiB = 4 slots x "
@@ -124,7 +127,7 @@ def test_exactly_the_margin_left_is_enough(refusal_file, caplog):
     config = ScrConfig(side_sessions=4, side_tokens=1000)
     need = expected_sizes(config).total_bytes
     with caplog.at_level(logging.INFO, logger=scr_tensors.__name__):
-        tensors = scr_tensors.ScrTensors(scheduler(), config, measure=lambda device: (need + CPU_MARGIN, 4 * GIB))
+        tensors = scr_tensors.ScrTensors(scheduler(), ScrPolicy(config), measure=lambda device: (need + CPU_MARGIN, 4 * GIB))
     assert tensors.side is not None and refusal_file.read_text() == ""
     assert "scr: allocating 0.00 GiB on cpu outside SGLang's pools (side buffer" in caplog.text
     assert "0.50 GiB kept for activations" in caplog.text
@@ -133,15 +136,16 @@ def test_exactly_the_margin_left_is_enough(refusal_file, caplog):
 def test_gpu_margin_follows_the_chunk_size_and_ranks(monkeypatch):
     """On CUDA the margin is SGLang's activation estimate, read from the scheduler's server args."""
     seen = []
-    monkeypatch.setattr(scr_tensors, "memory_problem", lambda memory, free, margin, where, **kw: seen.append(margin))
+    monkeypatch.setattr(scr_lines, "memory_problem", lambda memory, free, margin, where, **kw: seen.append(margin))
     args = NS(chunked_prefill_size=8192, tp_size=2, pp_size=1, mem_fraction_static=0.8)
-    scr_tensors.check_memory(ScrMemory(1, 1, 1), torch.device("cuda", 0), args, measure=plenty)
+    scr_tensors.decide_stores(ScrPolicy(ScrConfig(side_sessions=1, side_tokens=1)), [], None, torch.device("cuda", 0),
+                              args, measure=plenty)
     assert seen == [int((512 + 8192 * 1.5 + 2 * 128) * MIB)]
 
 
 def test_unknown_free_memory_allocates_with_a_warning(caplog):
     with caplog.at_level(logging.WARNING, logger=scr_tensors.__name__):
-        tensors = scr_tensors.ScrTensors(scheduler(), ScrConfig(side_sessions=2, side_tokens=5),
+        tensors = scr_tensors.ScrTensors(scheduler(), ScrPolicy(ScrConfig(side_sessions=2, side_tokens=5)),
                                          measure=lambda device: None)
     assert tensors.side is not None
     assert "unchecked: the free memory there is unknown" in caplog.text

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from policy.api import Arrival, Extend
+from policy.api import Arrival, Extend, Relocate, RequestRefused, Restore
 from scr.policy import ScrPolicy
 from scr.settings import ScrConfig
 
@@ -48,9 +48,32 @@ def test_extra_buffer_refusal_says_why_and_what_to_use():
                        "--mamba-radix-cache-strategy no_buffer")
 
 
-def test_plan_resumes_at_the_tree_hit():
-    plan = ScrPolicy(ScrConfig()).plan(Arrival(rid="r", tokens=tuple(range(10)), cache_key=None, tree_hit=4))
-    assert plan.resume == 4 and plan.steps == (Extend(4, 10),)
+def test_a_cold_request_is_planned_at_enqueue_as_a_read_from_wherever_the_tree_match_ends():
+    policy = ScrPolicy(ScrConfig())
+    plan = policy.plan(Arrival(rid="r", tokens=tuple(range(10)), cache_key=None, tree_hit=0))
+    assert policy.plans_at == "enqueue" and plan.detail.kind == "cold"
+    assert (plan.steps, plan.resume_limit) == ((Extend(0, 10),), 10)
+    assert plan.at_tree_hit(4).steps == (Extend(4, 10),)
+
+
+def test_the_plan_after_a_stored_turn_relocates_the_block_the_admission_found():
+    policy = ScrPolicy(ScrConfig())
+    old = list(range(3000))
+    first = policy.plan(Arrival(rid="a.1", tokens=tuple(old), cache_key=None, tree_hit=0))
+    policy.sessions.finish(first.detail.sid, old + [7, 7], store=True)
+    new = old[:1500] + old[1700:] + [9] * 30
+    plan = policy.plan(Arrival(rid="a.2", tokens=tuple(new), cache_key=None, tree_hit=0))
+    plan.validate(len(new))
+    rows = 1300 - 16
+    assert plan.steps == (Extend(0, 1500), Relocate(1500, rows, 1700, plan.detail.side_slot),
+                          Restore(1500 + rows, plan.detail.side_slot), Extend(1500 + rows, len(new)))
+    assert plan.resume_limit == 1500
+
+
+def test_an_unsupported_knob_is_a_refusal_naming_the_field():
+    with pytest.raises(RequestRefused) as refused:
+        ScrPolicy(ScrConfig()).plan(Arrival(rid="k", tokens=(1, 2), cache_key="kvreuse:knobs:pin=1", tree_hit=0))
+    assert refused.value.field == "cache_salt"
 
 
 def test_admit_plans_after_a_stored_turn():

@@ -1,10 +1,10 @@
-"""scr/rotary.py: which attention rotary SCR may re-rotate keys with."""
+"""patches/rope.py (the rotary rules): which attention rotary SCR may re-rotate keys with."""
 
 from __future__ import annotations
 
 import pytest
 
-from scr.rotary import rotary_layer, rotary_problem
+from patches.rope import rotary_layer, rotary_problem
 
 GOOD = dict(rotary_dim=8, base=1e7, table_width=8, table_rows=8192, neox=True, expected_dim=8, expected_base=1e7,
             context_len=8192)

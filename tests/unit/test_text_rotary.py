@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from patches.rope import text_rotary
-from scr.rotary import RotaryMismatch, expected_text_rotary
+from patches.rope import RotaryMismatch, expected_text_rotary
 
 
 class Rotary(nn.Module):
