@@ -8,7 +8,7 @@ from typing import ClassVar
 from exact_cache.config import ExactConfig
 from exact_cache.invariance import invariance_problems
 from exact_cache.rules import bound_in, keep_points_in, pieces_in, resume_point, snapshot_dump_name
-from policy.api import Arrival, Extend, Plan, PolicyDefaults, Release, Snapshot
+from policy.api import Arrival, Read, Plan, PolicyDefaults, Release, Snapshot
 
 
 class ExactPolicy(PolicyDefaults):
@@ -34,7 +34,7 @@ class ExactPolicy(PolicyDefaults):
                               rule.message_ends(tokens, cut_list), cfg.message_keeps)
         steps: list = []
         for start, end in pieces_in(cut_list, resume, prompt_len):
-            steps.append(Extend(start, end))
+            steps.append(Read(start, end))
             if end in keep:
                 steps.append(Snapshot(end, keep[end].value))
         return Plan(rid=arrival.rid, resume=resume, steps=tuple(steps))

@@ -3,13 +3,13 @@
 Registered as radix-cache backend ``exact`` (the launcher adds ``--radix-cache-backend exact`` with
 ``ExactPolicy.server_settings``). SGLang's no_buffer strategy already copies the recurrent state
 bit for bit at every forward end and inserts it with the KV read so far; this class only decides
-where that is allowed: ``match_prefix`` resumes at the plan's c* (stock: the deepest state on the
-path), ``cache_unfinished_req`` inserts only at the plan's keep points (stock: at every forward
+where that is allowed: ``match_prefix`` resumes where the plan resumes (stock: at the deepest state on
+the path), ``cache_unfinished_req`` inserts only at the plan's keep points (stock: at every forward
 end; elsewhere the KV stays request-owned), ``cache_finished_req`` inserts nothing (stock: prompt,
 output and final state). Design: docs/exact.md §5.4, §5.5, §5.11; hooks: docs/ARCHITECTURE.md.
 
 The cache asks for the plan itself (``PolicyExecutor.plan_in_tree``): it needs what only the tree
-walk knows, the matched KV depth and the snapshot depths on that path. Every prefill forward is
+walk knows, the tree match and the snapshot depths on that path. Every prefill forward is
 checked against the plan's pieces (``PolicyExecutor.piece_done``).
 """
 
@@ -43,16 +43,16 @@ class ExactRadixCache(UnifiedRadixCache):
         if req is None or self.executor is None or self.disable:
             return super().match_prefix(params)  # internal re-matches after an insert
         key = self.keyed(req, params.key)
-        matched, states = self.walk(key)
+        tree_match, states = self.walk(key)
         try:
-            resume = self.executor.plan_in_tree(req, matched, states).resume
+            resume = self.executor.plan_in_tree(req, tree_match, states).resume
         except Exception as exc:  # noqa: BLE001 - not even a cold read could be planned: end the request
             self.executor.abort(req, "plan", exc)
             resume = 0
         limited = RadixKey(key.token_ids, key.extra_key, limit=resume, is_bigram=key.is_bigram)
         result = super().match_prefix(MatchPrefixParams(key=limited, cow_mamba=params.cow_mamba, req=req))
         if len(result.device_indices) != resume:
-            # Resuming anywhere but the plan's c* breaks bit-identity: end this request, not the server.
+            # Resuming anywhere but the plan's resume breaks bit-identity: end this request, not the server.
             problem = AssertionError(
                 f"exact: {req.rid} planned to resume at {resume}, the tree served "
                 f"{len(result.device_indices)} (snapshot depths on the path: {states})")
@@ -69,7 +69,8 @@ class ExactRadixCache(UnifiedRadixCache):
         return RadixKey(keys, key.extra_key, limit=key.limit, is_bigram=key.is_bigram)
 
     def walk(self, key: RadixKey) -> tuple[int, tuple[int, ...]]:
-        """Depth of the longest cached prefix of ``key`` and the snapshot depths along it.
+        """The tree match of ``key`` (the depth of its longest cached prefix) and the snapshot depths
+        along it.
 
         A read-only walk (no node splits, no LRU updates): the real match follows.
         """

@@ -219,14 +219,14 @@ class PolicyExecutor:
 
     # ------------------------------------------------------------------ plans made inside the tree (exact)
 
-    def plan_in_tree(self, req, matched: int, states: tuple[int, ...]) -> Plan:
-        """Called by the exact tree during its match: plan from the matched depth and snapshot depths.
+    def plan_in_tree(self, req, tree_match: int, states: tuple[int, ...]) -> Plan:
+        """Called by the exact tree during its match: plan from the tree match and the snapshot depths.
 
         If planning fails, the request is planned as a cold read (nothing matched): exact by
         definition, only slower. If that fails too, the exception reaches the tree, which aborts."""
         tokens = self._tracked.prompt(req.rid, req.origin_input_ids)
         arrival = Arrival(rid=req.rid, tokens=tokens, cache_key=req.extra_key, tree_hit=max(states, default=0),
-                          tree_match=matched, tree_states=states)
+                          tree_match=tree_match, tree_states=states)
         try:
             faults.check(f"{self.policy.name}.plan", req.rid)
             plan = self.policy.plan(arrival)

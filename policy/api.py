@@ -5,11 +5,11 @@ it holds (``Arrival``); the policy answers with a ``Plan`` (data), which the one
 ``patches/`` walks; when the request leaves, the engine reports a ``Release``.
 
 Ranges are half-open token positions in the prompt. A plan's steps cover ``[resume, len)`` in
-order: each position is either read (``Extend``) or moved in from a policy's side store
-(``Relocate``); ``Snapshot`` and ``Restore`` stand between them and cover nothing::
+order: each position is either read (``Read``: SGLang's "extend") or moved in from a policy's
+side store (``Relocate``); ``Snapshot`` and ``Restore`` stand between them and cover nothing::
 
     prompt |0 ..... resume|resume .. stop|stop .. stop+rows|stop+rows .......... len(tokens)|
-            reused (tree)   Extend          Relocate (moved)   Extend (read)
+            reused (tree)   Read            Relocate (moved)   Read
                                             [Restore at stop+rows]
 
 When a plan is made decides how its ``resume`` is read (``Plan.resume_limit``): a plan made at
@@ -38,7 +38,7 @@ class Arrival:
 
 
 @dataclass(frozen=True, slots=True)
-class Extend:
+class Read:
     """Run the model over prompt positions ``[start, end)``."""
 
     start: int
@@ -78,7 +78,7 @@ class Restore:
     slot: int
 
 
-Step = Union[Extend, Snapshot, Relocate, Restore]
+Step = Union[Read, Snapshot, Relocate, Restore]
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +87,7 @@ class Plan:
 
     ``resume_limit``: None for a plan made at or inside the prefix match (it resumes at
     ``resume``); for a plan made at enqueue, before the match, the deepest tree hit it still holds
-    for (``at_tree_hit``), its first ``Extend`` then starting wherever the match ends.
+    for (``at_tree_hit``), its first ``Read`` then starting wherever the match ends.
     ``detail``: what the policy's own step carrier needs beside the steps (SCR: its admission
     outcome); the executor never reads it."""
 
@@ -98,8 +98,8 @@ class Plan:
     detail: Any = None
 
     def validate(self, prompt_len: int) -> None:
-        """Raise ``ValueError`` unless the Extend and Relocate steps tile ``[resume, prompt_len)`` in
-        order, each Snapshot follows the Extend that ends where it is taken, each Restore follows
+        """Raise ``ValueError`` unless the Read and Relocate steps tile ``[resume, prompt_len)`` in
+        order, each Snapshot follows the Read that ends where it is taken, each Restore follows
         the Relocate that ends where it is made, and a Relocate is followed by a read."""
         if not 0 <= self.resume <= prompt_len:
             raise ValueError(f"plan {self.rid}: resume {self.resume} outside [0, {prompt_len}]")
@@ -108,7 +108,7 @@ class Plan:
         cursor, seen, previous = self.resume, set(), None
         for step in self.steps:
             if isinstance(step, Snapshot):
-                if not isinstance(previous, Extend) or step.at != cursor or step.at in seen:
+                if not isinstance(previous, Read) or step.at != cursor or step.at in seen:
                     raise ValueError(f"plan {self.rid}: snapshot at {step.at} is not the end of a read forward")
                 seen.add(step.at)
             elif isinstance(step, Restore):
@@ -128,11 +128,11 @@ class Plan:
             previous = step
         if cursor != prompt_len:
             raise ValueError(f"plan {self.rid}: steps end at {cursor}, prompt has {prompt_len}")
-        if any(isinstance(s, Relocate) for s in self.steps) and not isinstance(self._last_cover(), Extend):
+        if any(isinstance(s, Relocate) for s in self.steps) and not isinstance(self._last_cover(), Read):
             raise ValueError(f"plan {self.rid}: a relocation must be followed by a read (the logits come from a forward)")
 
     def _last_cover(self) -> Step | None:
-        return next((s for s in reversed(self.steps) if isinstance(s, (Extend, Relocate))), None)
+        return next((s for s in reversed(self.steps) if isinstance(s, (Read, Relocate))), None)
 
     def at_tree_hit(self, tree_hit: int) -> "Plan | None":
         """This plan, made at enqueue, for a prefix match that ends at ``tree_hit``: its first read
@@ -146,10 +146,10 @@ class Plan:
             return None
         steps = list(self.steps)
         first = steps[0] if steps else None
-        if isinstance(first, Extend):
+        if isinstance(first, Read):
             if tree_hit > first.end:
                 return None
-            steps = steps[1:] if tree_hit == first.end else [Extend(tree_hit, first.end), *steps[1:]]
+            steps = steps[1:] if tree_hit == first.end else [Read(tree_hit, first.end), *steps[1:]]
         elif tree_hit != self.resume:
             return None
         return Plan(self.rid, tree_hit, tuple(steps), None, self.detail)
@@ -169,8 +169,8 @@ class Plan:
         return {step.at: step.kind for step in self.steps if isinstance(step, Snapshot)}
 
     def forwards(self) -> list[tuple[int, int]]:
-        """The ``[start, end)`` of each Extend, in order."""
-        return [(step.start, step.end) for step in self.steps if isinstance(step, Extend)]
+        """The ``[start, end)`` of each Read, in order."""
+        return [(step.start, step.end) for step in self.steps if isinstance(step, Read)]
 
 
 class RequestFacts(NamedTuple):

@@ -41,7 +41,7 @@ aborted), written by the scheduler of attention-TP rank 0 only.
 | pieces         | list        | ``[start, end]`` of each prefill forward this read ran, so the cuts   |
 |                |             | it read at (``exact``); [] for policies that do not track forwards    |
 | forwards_off_plan | int      | prefill forwards that were not the plan's next piece (must be 0)     |
-| blocks         | int         | blocks of relocated rows spliced into the prompt (``scr``; else 0)    |
+| blocks         | int         | blocks of rows relocated into the prompt (``scr``; else 0)            |
 | fallback       | str / null  | why a policy step fell back to a plain read (``scr``: the step and    |
 |                |             | the error, or ``retracted: …``); null when the plan ran as decided     |
 | retractions    | int         | times SGLang retracted or preempted the request and read it again     |
@@ -81,7 +81,7 @@ class RequestEvent:
     snapshots: list = field(default_factory=list)  # [[position, kind], ...] kept by this read
     forwards_off_plan: int = 0  # prefill forwards that were not the plan's next piece
     pieces: list = field(default_factory=list)  # [[start, end], ...] of the prefill forwards read (exact)
-    blocks: int = 0  # blocks of relocated rows spliced into the prompt (scr; 0 for other policies)
+    blocks: int = 0  # blocks of rows relocated into the prompt (scr; 0 for other policies)
     fallback: str | None = None  # why a policy step fell back to a plain read (null when none did)
     retractions: int = 0  # times the request was retracted or preempted and read again
     match_cap: int | None = None  # SGLang capped the prefix match here (logprob_start_len); else null

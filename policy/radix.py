@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from policy.api import Arrival, Extend, Plan, PolicyDefaults, Release
+from policy.api import Arrival, Read, Plan, PolicyDefaults, Release
 
 
 @dataclass(frozen=True)
@@ -21,7 +21,7 @@ class RadixConfig:
 def tree_hit_plan(arrival: Arrival) -> Plan:
     """Reuse what the prefix tree serves, read the rest of the prompt."""
     prompt_len = len(arrival.tokens)
-    steps = (Extend(arrival.tree_hit, prompt_len),) if arrival.tree_hit < prompt_len else ()
+    steps = (Read(arrival.tree_hit, prompt_len),) if arrival.tree_hit < prompt_len else ()
     return Plan(rid=arrival.rid, resume=arrival.tree_hit, steps=steps)
 
 

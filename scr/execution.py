@@ -1,7 +1,7 @@
 """SCR's plan as ``policy.api`` steps, and the rules ``scr.steps`` asks while it carries them out
 (``docs/scr.md`` §7, §9, §10).
 
-``relocation_plan`` turns the admission's blocks into ``Extend``/``Relocate``/``Restore`` steps;
+``relocation_plan`` turns the admission's blocks into ``Read``/``Relocate``/``Restore`` steps;
 ``scr.steps`` (driven by the one executor, ``patches/executor.py``, over the engine port of
 ``patches/scr_runtime.py``) asks the functions here and has the answer carried out (allocate, copy
 rows, abort). Everything here is plain data, so each rule has a table test
@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from policy.api import Extend, Plan, Relocate, Restore
+from policy.api import Read, Plan, Relocate, Restore
 from scr.settings import ScrConfig
 from scr.cursor import RelocationCursor
 from scr.planner import Block
@@ -132,18 +132,18 @@ def relocation_plan(rid: str, outcome: Intercept, prompt_len: int) -> Plan:
     equal run (``lead_new_end``, §7.2 step 6). Any other outcome reads the whole prompt from the
     tree hit on. ``detail`` carries the outcome for ``scr.steps``."""
     if outcome.kind != "plan" or not outcome.blocks:
-        steps = (Extend(0, prompt_len),) if prompt_len else ()
+        steps = (Read(0, prompt_len),) if prompt_len else ()
         return Plan(rid, 0, steps, resume_limit=prompt_len, detail=outcome)
     steps: list = []
     cursor, slot = 0, outcome.side_slot
     for number, block in enumerate(outcome.blocks):
         if block.new_start > cursor:
-            steps.append(Extend(cursor, block.new_start))
+            steps.append(Read(cursor, block.new_start))
         steps.append(Relocate(block.new_start, block.num_rows, block.old_start, slot))
         if number == 0 and outcome.config.ssm_mode != "none":
             steps.append(Restore(block.new_start + block.num_rows, slot))
         cursor = block.new_start + block.num_rows
-    steps.append(Extend(cursor, prompt_len))
+    steps.append(Read(cursor, prompt_len))
     return Plan(rid, 0, tuple(steps), resume_limit=outcome.lead_new_end, detail=outcome)
 
 

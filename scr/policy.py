@@ -1,7 +1,7 @@
 """``ScrPolicy``: Suffix Cache Reuse behind the ``policy.api.CachePolicy`` seam.
 
 SCR plans when a request enters the queue (``plans_at = "enqueue"``): ``plan`` admits it to its
-conversation, diffs the previous prompt against the new one and answers with ``Extend``,
+conversation, diffs the previous prompt against the new one and answers with ``Read``,
 ``Relocate`` and ``Restore`` steps (``scr.execution.relocation_plan``), resuming wherever SGLang's
 prefix match ends. The one executor carries the steps out with this policy's step carrier
 (``step_carrier``: ``scr.steps.ScrSteps``, the two-phase relocation driven by

@@ -179,7 +179,7 @@ class ScrSteps:
             self._cut(req, progress, progress.cursor.stop)
             self.say(lines.phase1_again(record.plan.rid, via, prefix, progress.cursor.stop), debug=True)
         elif action == "abort":
-            self.abort(req, record, detail)
+            self.give_up(req, record, detail)
         else:
             self._relocate(req, record, detail, facts)
 
@@ -217,8 +217,8 @@ class ScrSteps:
             self.engine.uncut(req)
         progress.cut = False
 
-    def abort(self, req, record, reason: str, restore_lengths: bool = False) -> None:
-        """§10.2: phase 1 gives up; the rest is read with the request's own state (block 1's restore
+    def give_up(self, req, record, reason: str, restore_lengths: bool = False) -> None:
+        """§10.2: phase 1 gives up (the authors' ``phase1_aborted``; the request itself goes on); the rest is read with the request's own state (block 1's restore
         is only armed inside its relocation, so before it the own state covers everything before
         the stop). A cut array keeps its cut for this round unless ``restore_lengths``."""
         progress = record.progress
@@ -367,7 +367,7 @@ class ScrSteps:
         progress = record.progress
         in_phase1 = progress is not None and progress.cursor is not None and progress.phase1
         if in_phase1 and chunk_taken:
-            self.abort(req, record, "another request is already chunked", restore_lengths=True)
+            self.give_up(req, record, "another request is already chunked", restore_lengths=True)
             return False
         return in_phase1
 
@@ -389,7 +389,7 @@ class ScrSteps:
             return False
         reason = chunk_admission(self.engine.facts(req).extend_end, progress.cursor.stop, chunk_free)
         if reason is not None:
-            self.abort(req, record, reason)
+            self.give_up(req, record, reason)
         return reason is None
 
     def keeps_chunk(self, record, prefix_len: int) -> bool:

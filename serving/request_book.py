@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from policy.api import Extend
+from policy.api import Read
 from policy.events import RequestEvent
 
 
@@ -146,7 +146,7 @@ def tree_plan_problem(plan, tree_hit: int) -> str | None:
         return (f"plan {plan.rid}: resume {plan.resume} differs from the tree hit {tree_hit}; "
                 "only a policy that plans inside the tree may move the resume point")
     for step in plan.steps:
-        if not isinstance(step, Extend):
+        if not isinstance(step, Read):
             return f"plan {plan.rid}: step {step!r} needs a policy that plans inside the tree"
     return None
 

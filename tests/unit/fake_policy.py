@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
-from policy.api import Arrival, Extend, Plan, Release
+from policy.api import Arrival, Read, Plan, Release
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class FakePolicy:
         self.config = config
 
     def plan(self, arrival: Arrival) -> Plan:
-        steps = (Extend(arrival.tree_hit, len(arrival.tokens)),) if arrival.tree_hit < len(arrival.tokens) else ()
+        steps = (Read(arrival.tree_hit, len(arrival.tokens)),) if arrival.tree_hit < len(arrival.tokens) else ()
         return Plan(rid=arrival.rid, resume=arrival.tree_hit, steps=steps)
 
     def release(self, release: Release) -> None:

@@ -16,7 +16,7 @@ from exact_cache.config import ExactConfig
 from exact_cache.policy import ExactPolicy
 from exact_cache.replay import ReplayTree, replay
 from exact_cache.rules import KeepKind, cuts, floor_cut, keep_points, pieces, resume_bound, resume_point
-from policy.api import Arrival, Extend, Plan, Release, Snapshot
+from policy.api import Arrival, Read, Plan, Release, Snapshot
 from tests.reference.exact_oracle import ExactOracle, expected_reuse
 
 B, R = 64, 256
@@ -270,13 +270,13 @@ COLD_600 = Plan(
     rid="r",
     resume=0,
     steps=(
-        Extend(0, 64), Extend(64, 128), Extend(128, 192), Extend(192, 256),
+        Read(0, 64), Read(64, 128), Read(128, 192), Read(192, 256),
         Snapshot(256, "periodic"),
-        Extend(256, 320), Extend(320, 384), Extend(384, 448), Extend(448, 512),
+        Read(256, 320), Read(320, 384), Read(384, 448), Read(448, 512),
         Snapshot(512, "periodic"),
-        Extend(512, 576),
+        Read(512, 576),
         Snapshot(576, "prompt_end"),  # e = floor(599/64)*64
-        Extend(576, 600),  # the tail: runs for logits, never kept
+        Read(576, 600),  # the tail: runs for logits, never kept
     ),
 )
 
@@ -285,19 +285,19 @@ RESUMED_600 = Plan(
     rid="r",
     resume=256,
     steps=(
-        Extend(256, 320), Extend(320, 384),
+        Read(256, 320), Read(320, 384),
         Snapshot(384, "junction"),
-        Extend(384, 448), Extend(448, 512),
+        Read(384, 448), Read(448, 512),
         Snapshot(512, "periodic"),
-        Extend(512, 576),
+        Read(512, 576),
         Snapshot(576, "prompt_end"),
-        Extend(576, 600),
+        Read(576, 600),
     ),
 )
 
 # S = 1, the tree after a cold S=1 read of the same prompt: KV [0, 576), states 256, 512, 576.
 # m = 576 -> A = 576 - 64 = 512 -> c* = 512; keep > 512: e = 576 (e - B = 512 is not > c*).
-REPEAT_600_S1 = Plan(rid="r", resume=512, steps=(Extend(512, 576), Snapshot(576, "prompt_end"), Extend(576, 600)))
+REPEAT_600_S1 = Plan(rid="r", resume=512, steps=(Read(512, 576), Snapshot(576, "prompt_end"), Read(576, 600)))
 
 
 @pytest.mark.parametrize(
@@ -308,20 +308,20 @@ REPEAT_600_S1 = Plan(rid="r", resume=512, steps=(Extend(512, 576), Snapshot(576,
         pytest.param(1, arrival(600, matched=576, states=(256, 512, 576)), REPEAT_600_S1, id="S1-repeat"),
         # m = 599 (a repeat after a read that kept 576): c* = 576, only the tail is read.
         pytest.param(
-            0, arrival(600, matched=576, states=(256, 512, 576)), Plan("r", 576, (Extend(576, 600),)),
+            0, arrival(600, matched=576, states=(256, 512, 576)), Plan("r", 576, (Read(576, 600),)),
             id="repeat-tail-only",
         ),
         # A state deeper than A is on the path but unusable: m = 300 -> A = 256; 320 ignored.
         pytest.param(
             0, arrival(400, matched=300, states=(64, 320)),
             Plan("r", 64, (
-                Extend(64, 128), Extend(128, 192), Extend(192, 256), Snapshot(256, "periodic"),
-                Extend(256, 320), Extend(320, 384), Snapshot(384, "prompt_end"), Extend(384, 400),
+                Read(64, 128), Read(128, 192), Read(192, 256), Snapshot(256, "periodic"),
+                Read(256, 320), Read(320, 384), Snapshot(384, "prompt_end"), Read(384, 400),
             )),
             id="state-above-A-ignored",
         ),
-        pytest.param(0, arrival(50), Plan("r", 0, (Extend(0, 50),)), id="shorter-than-B"),
-        pytest.param(0, arrival(1), Plan("r", 0, (Extend(0, 1),)), id="one-token"),
+        pytest.param(0, arrival(50), Plan("r", 0, (Read(0, 50),)), id="shorter-than-B"),
+        pytest.param(0, arrival(1), Plan("r", 0, (Read(0, 1),)), id="one-token"),
     ],
 )
 def test_exact_plan(spec_drop, incoming, expected):
@@ -350,15 +350,15 @@ def test_plan_snapshots_and_forwards():
     "plan, prompt_len, message",
     [
         pytest.param(
-            Plan("r", 0, (Snapshot(0, "periodic"), Extend(0, 64))), 64,
+            Plan("r", 0, (Snapshot(0, "periodic"), Read(0, 64))), 64,
             "plan r: snapshot at 0 is not the end of a read forward", id="snapshot-before-any-read",
         ),
         pytest.param(
-            Plan("r", 0, (Extend(0, 64), Snapshot(32, "periodic"), Extend(64, 100))), 100,
+            Plan("r", 0, (Read(0, 64), Snapshot(32, "periodic"), Read(64, 100))), 100,
             "plan r: snapshot at 32 is not the end of a read forward", id="snapshot-mid-piece",
         ),
         pytest.param(
-            Plan("r", 64, (Snapshot(64, "junction"), Extend(64, 100))), 100,
+            Plan("r", 64, (Snapshot(64, "junction"), Read(64, 100))), 100,
             "plan r: snapshot at 64 is not the end of a read forward", id="snapshot-at-resume",
         ),
     ],

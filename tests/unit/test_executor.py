@@ -16,7 +16,7 @@ from exact_cache.config import ExactConfig
 from exact_cache.policy import ExactPolicy
 from serving.event_writer import EventWriter
 from patches.executor import OFF_PLAN_LOG, PolicyExecutor
-from policy.api import Extend, Plan, Snapshot
+from policy.api import Read, Plan, Snapshot
 from policy.events import read_events
 from policy.radix import RadixConfig, RadixPolicy
 
@@ -75,7 +75,7 @@ def test_plan_follows_the_latest_match_and_keeps_the_first_sighting(tmp_path):
     req.prefix_indices = [0] * 6
     executor.on_matched(req)
     tracked = executor._tracked["r1"]
-    assert tracked.plan == Plan(rid="r1", resume=6, steps=(Extend(6, 10),))
+    assert tracked.plan == Plan(rid="r1", resume=6, steps=(Read(6, 10),))
     assert tracked.queued_ts == first.queued_ts
     assert tracked.tokens is first.tokens  # the prompt is copied once
     assert [(a.tree_hit, a.cache_key, len(a.tokens)) for a in policy.arrivals] == [(0, "salt", 10), (6, "salt", 10)]
@@ -132,7 +132,7 @@ def test_idle_check_drops_stale_requests_loudly_and_runs_the_policy_check(caplog
 def test_a_plan_that_does_not_resume_at_the_tree_hit_is_refused():
     class Greedy(RecordingPolicy):
         def plan(self, arrival):
-            return Plan(rid=arrival.rid, resume=0, steps=(Extend(0, len(arrival.tokens)),))
+            return Plan(rid=arrival.rid, resume=0, steps=(Read(0, len(arrival.tokens)),))
 
     executor = PolicyExecutor(Greedy(), None)
     # Contained: SGLang's own match stands (a plain radix read), the reason goes to the event.
@@ -193,7 +193,7 @@ def test_exact_resumed_plan_from_the_tree_walk():
     req = FakeReq("x4", list(range(300)), extra_key="salt")
     # m = 200 -> A = 192; states (64, 192) -> c* = 192; keep: 256 (periodic) only.
     plan = executor.plan_in_tree(req, 200, (64, 192))
-    assert plan == Plan("x4", 192, (Extend(192, 256), Snapshot(256, "periodic"), Extend(256, 300)))
+    assert plan == Plan("x4", 192, (Read(192, 256), Snapshot(256, "periodic"), Read(256, 300)))
     assert [executor.piece_done(req, end) for end in (256, 300)] == ["periodic", None]
     assert executor._tracked["x4"].forwards_off_plan == 0
 

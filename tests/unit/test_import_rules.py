@@ -7,6 +7,9 @@
   without an engine. ``serving/`` (request rules) may also use ``policy/``, nothing else.
 - ``scr/`` and ``exact_cache/`` import neither each other nor ``patches/``: no policy reaches into
   the other, and planning never touches engine code.
+- ``patches/`` imports no policy package (``scr/``, ``exact_cache/``) and nothing of ``eval/``: it
+  reaches a policy only through the registry (``policy.registry``), the plan values and the policy
+  object's own members (``policy.api.CachePolicy``).
 
 Every ``import`` statement counts, module level or inside a function. The tests parse files
 (``ast``), they import nothing, so a violation is found even on a path no test executes.
@@ -92,6 +95,7 @@ def test_seam_packages_use_only_the_standard_library(package, also):
         ("policy", {"scr", "exact_cache", "patches", "eval", "serving"}),
         ("serving", {"scr", "exact_cache", "patches", "eval"}),
         ("eval", {"patches"}),
+        ("patches", {"scr", "exact_cache", "eval"}),
     ],
 )
 def test_no_package_reaches_into_another(package, forbidden):

@@ -6,12 +6,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from policy.api import Extend, Plan, Snapshot
+from policy.api import Read, Plan, Snapshot
 from serving.request_book import (Forward, RequestBook, TrackedRequest, check_invariants, event_fields, finish_type,
                                   forget_stale, piece_shortfall, prefix_match_cap, request_event, tree_plan_problem)
 
 # [0, 64) [64, 128) snapshot at 128 (periodic), tail [128, 150)
-PLAN = Plan("r", 0, (Extend(0, 64), Extend(64, 128), Snapshot(128, "periodic"), Extend(128, 150)))
+PLAN = Plan("r", 0, (Read(0, 64), Read(64, 128), Snapshot(128, "periodic"), Read(128, 150)))
 
 
 def tracked(plan: Plan = PLAN, prompt_len: int = 150, read_until: int = 0) -> TrackedRequest:
@@ -59,7 +59,7 @@ def test_book_keeps_the_first_sighting_and_the_first_fallback():
     assert book.prompt("r", [1, 2, 3]) is first.tokens  # copied once
     assert book.prompt("r", [9]) == (9,)  # SGLang rewrote the prompt
     book.note_fallback("r", "later")
-    plan = Plan("r", 1, (Extend(1, 3),))
+    plan = Plan("r", 1, (Read(1, 3),))
     assert book.track("r", tokens, plan, 2) is plan
     assert (book["r"].queued_ts, book["r"].fallback, book["r"].read_until, book["r"].match_cap) == (
         first.queued_ts, "plan: boom", 1, 2)
@@ -70,7 +70,7 @@ def test_book_keeps_the_first_sighting_and_the_first_fallback():
 def test_book_refuses_a_plan_that_does_not_tile_the_prompt():
     book = RequestBook()
     with pytest.raises(ValueError, match="steps end at 2, prompt has 3"):
-        book.track("r", (1, 2, 3), Plan("r", 0, (Extend(0, 2),)), None)
+        book.track("r", (1, 2, 3), Plan("r", 0, (Read(0, 2),)), None)
     assert book == {}
 
 
@@ -141,8 +141,8 @@ def test_piece_shortfall(piece_len, budget, expected):
 @pytest.mark.parametrize(
     "plan, tree_hit, expected",
     [
-        pytest.param(Plan("r", 64, (Extend(64, 150),)), 64, None, id="reads-after-the-tree-hit"),
-        pytest.param(Plan("r", 0, (Extend(0, 150),)), 64, "plan r: resume 0 differs from the tree hit 64; only a "
+        pytest.param(Plan("r", 64, (Read(64, 150),)), 64, None, id="reads-after-the-tree-hit"),
+        pytest.param(Plan("r", 0, (Read(0, 150),)), 64, "plan r: resume 0 differs from the tree hit 64; only a "
                      "policy that plans inside the tree may move the resume point", id="moves-the-resume-point"),
         pytest.param(PLAN, 0, "plan r: step Snapshot(at=128, kind='periodic') needs a policy that plans inside "
                      "the tree", id="keeps-a-snapshot"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from policy.api import Extend, Plan, Relocate, Restore
+from policy.api import Read, Plan, Relocate, Restore
 from scr.cursor import RelocationCursor
 from scr.execution import (Counters, RelocationProgress, blocks_of, chunk_admission, evict_amount, evict_floor,
                            new_cursor, plan_gate, relocation_plan, relocation_refusal, snapshot_at_prefill_end,
@@ -162,10 +162,10 @@ def test_new_cursor_restores_only_where_the_plan_has_a_restore():
 def test_relocation_plan_reads_relocates_restores_and_reads_the_rest():
     outcome = plan_outcome(0, 1500)
     plan = relocation_plan("r", outcome, 3000)
-    assert plan == Plan("r", 0, (Extend(0, 1500), Relocate(1500, 1284, 1700, 0), Restore(2784, 0),
-                                 Extend(2784, 3000)), resume_limit=1500, detail=outcome)
+    assert plan == Plan("r", 0, (Read(0, 1500), Relocate(1500, 1284, 1700, 0), Restore(2784, 0),
+                                 Read(2784, 3000)), resume_limit=1500, detail=outcome)
     plan.validate(3000)
-    assert plan.at_tree_hit(1024).steps[0] == Extend(1024, 1500)
+    assert plan.at_tree_hit(1024).steps[0] == Read(1024, 1500)
     assert plan.at_tree_hit(1500).steps[0] == Relocate(1500, 1284, 1700, 0)  # relocated before admission
     assert plan.at_tree_hit(1501) is None  # past the leading run: no plan
 
@@ -176,16 +176,16 @@ def test_relocation_plan_of_two_blocks_restores_with_the_first_only():
                         lead_new_end=1024, side_slot=3)
     plan = relocation_plan("r", outcome, 3100)
     plan.validate(3100)
-    assert plan.steps == (Extend(0, 1500), Relocate(1500, 1284, 1700, 3), Restore(2784, 3), Extend(2784, 2900),
-                          Relocate(2900, 84, 3100, 3), Extend(2984, 3100))
+    assert plan.steps == (Read(0, 1500), Relocate(1500, 1284, 1700, 3), Restore(2784, 3), Read(2784, 2900),
+                          Relocate(2900, 84, 3100, 3), Read(2984, 3100))
     assert blocks_of(plan.relocations(), ScrConfig().min_extend) == (BLOCK, second)
 
 
 @pytest.mark.parametrize("kind", ["cold", "passthrough", "no_plan", "off"])
 def test_every_other_outcome_reads_the_prompt_from_the_tree_hit(kind):
     plan = relocation_plan("r", Intercept(kind, ScrConfig()), 3000)
-    assert (plan.steps, plan.resume_limit) == ((Extend(0, 3000),), 3000)
-    assert plan.at_tree_hit(1024).steps == (Extend(1024, 3000),)
+    assert (plan.steps, plan.resume_limit) == ((Read(0, 3000),), 3000)
+    assert plan.at_tree_hit(1024).steps == (Read(1024, 3000),)
     assert plan.at_tree_hit(3000).steps == ()
 
 

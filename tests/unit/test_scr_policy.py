@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from policy.api import Arrival, Extend, Relocate, RequestRefused, Restore
+from policy.api import Arrival, Read, Relocate, RequestRefused, Restore
 from scr.policy import ScrPolicy
 from scr.settings import ScrConfig
 
@@ -52,8 +52,8 @@ def test_a_cold_request_is_planned_at_enqueue_as_a_read_from_wherever_the_tree_m
     policy = ScrPolicy(ScrConfig())
     plan = policy.plan(Arrival(rid="r", tokens=tuple(range(10)), cache_key=None, tree_hit=0))
     assert policy.plans_at == "enqueue" and plan.detail.kind == "cold"
-    assert (plan.steps, plan.resume_limit) == ((Extend(0, 10),), 10)
-    assert plan.at_tree_hit(4).steps == (Extend(4, 10),)
+    assert (plan.steps, plan.resume_limit) == ((Read(0, 10),), 10)
+    assert plan.at_tree_hit(4).steps == (Read(4, 10),)
 
 
 def test_the_plan_after_a_stored_turn_relocates_the_block_the_admission_found():
@@ -65,8 +65,8 @@ def test_the_plan_after_a_stored_turn_relocates_the_block_the_admission_found():
     plan = policy.plan(Arrival(rid="a.2", tokens=tuple(new), cache_key=None, tree_hit=0))
     plan.validate(len(new))
     rows = 1300 - 16
-    assert plan.steps == (Extend(0, 1500), Relocate(1500, rows, 1700, plan.detail.side_slot),
-                          Restore(1500 + rows, plan.detail.side_slot), Extend(1500 + rows, len(new)))
+    assert plan.steps == (Read(0, 1500), Relocate(1500, rows, 1700, plan.detail.side_slot),
+                          Restore(1500 + rows, plan.detail.side_slot), Read(1500 + rows, len(new)))
     assert plan.resume_limit == 1500
 
 
