@@ -14,7 +14,7 @@ on the same machine:
 
 Timings are wall-clock on a shared machine: compare ratios inside one run, not across runs.
 On a GPU, run it with ``--model Qwen/Qwen3.6-27B --context 30000 --piece 832 --retain 13312``
-and the deterministic flags given in the README (pass them after ``--``).
+and the deterministic flags given in docs/serving.md and docs/gpu.md (pass them after ``--``).
 """
 
 from __future__ import annotations

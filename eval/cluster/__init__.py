@@ -16,7 +16,7 @@ buffer and state shadow; the exact cache's tree), so every call of a conversatio
 worker that served its previous call. The clients send ``x-smg-routing-key: <run>.<conversation>``
 (the rid without its last ``.<turn>``) and the router runs its ``manual`` policy, which pins a key
 to one worker. The router's ``cache_aware`` policy routes by the longest cached prefix *of the
-text*; ``bench`` measures how often it splits conversations (see README "More than one server").
+text*; ``bench`` measures how often it splits conversations (see docs/cluster.md).
 
 Per-worker events (``OUT/worker-<i>/events.jsonl``) are merged by ``python -m eval.report ingest
 --events A --events B`` (finishing order; a rid in two files fails).

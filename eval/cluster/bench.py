@@ -114,7 +114,7 @@ def max_gap_points(a: dict[str, float], b: dict[str, float]) -> float:
 
 
 def table(results: dict[str, dict], calls: int) -> str:
-    """One column per (arm, setup); rows as in README's "More than one server"."""
+    """One column per (arm, setup); rows as in docs/cluster.md."""
     columns = [(name, setup) for name, setups in results.items() for setup in setups]
     head = [f"{name} {setup}" for name, setup in columns]
     lines = [f"{calls} calls; the tiny random model on CPU (cache machinery and routing, not quality)", "",

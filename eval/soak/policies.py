@@ -3,7 +3,7 @@
 Starts ``python -m patches.launch_server`` on the tiny built-in model (or ``--model``) for each
 policy in turn with the settings below (SGLang's strict idle leak check on, ``--cache-events``),
 runs :func:`eval.soak.run_soak` against it, stops it, and prints one table row per policy. This is
-how the README's soak numbers are produced; ``tests/engine/test_soak.py`` runs the same servers
+how the soak numbers of docs/soak.md are produced; ``tests/engine/test_soak.py`` runs the same servers
 with a short, time-bounded load.
 
 Run it alone on the machine: an idle SGLang scheduler busy-polls a core, so anything else running
@@ -57,7 +57,7 @@ def soak_policy(model_dir: Path, out: Path, policy: str, **soak) -> dict:
 
 
 def summary_row(policy: str, report: dict) -> dict:
-    """The README's columns for one policy."""
+    """The columns of docs/soak.md's table for one policy."""
     counts = report["counts"]
     failed = [name for name, check in report["checks"].items() if check["status"] == "fail"]
     safety = report.get("safety") or {}
