@@ -9,7 +9,7 @@ For block i with relocated rows at new positions ``[stop_i, stop_i + rows_i)``::
 * phase 2: at exactly ``stop``, relocate the block's rows (``Relocation``), then continue with
   the next block, or read the rest of the prompt normally.
 The scheduler side reports prefix lengths; the cursor (and ``phase1_step``) answers with what to
-do. Pure logic; the other rules the runner asks are in ``scr.execution``.
+do. Pure logic; the other rules the step carrier (``scr.steps``) asks are in ``scr.execution``.
 """
 # Spec: docs/scr.md
 
