@@ -73,14 +73,13 @@ class PolicyExecutor:
         its reason for the event, and have the carrier undo what the step left half done."""
         reason = f"{step}: {type(exc).__name__}: {exc}"
         self.logger.exception(self.lines.step_failed, step, rid)
-        if record is None and rid is not None:
-            record = self._tracked.get(rid)
-        if record is not None:
-            record.fallback = record.fallback or reason
-            if req is not None and self.steps is not None and record.progress is not None:
-                self.steps.undo(req, record)
-        if rid is not None:
-            self.logger.error(self.lines.fallback, rid, step, outcome, reason)
+        if rid is None:
+            return reason
+        self._tracked.note_fallback(rid, reason)
+        record = record or self._tracked.get(rid)
+        if req is not None and record is not None and self.steps is not None and record.progress is not None:
+            self.steps.undo(req, record)
+        self.logger.error(self.lines.fallback, rid, step, outcome, reason)
         return reason
 
     def abort(self, req, step: str, exc: BaseException) -> None:

@@ -14,7 +14,6 @@ which contains failures; why each SGLang call is hooked is the hook table of doc
 
 from __future__ import annotations
 
-
 from patches import plugin
 
 COMMON = [(plugin.RELEASE_KV, "on_release", "before"), (plugin.SCHEDULER_IDLE, "on_idle", "before"),

@@ -175,12 +175,13 @@ def forward(method: str, kind: str):
 def _install_policy_hooks(register, spec) -> None:
     """The hook set for the way this policy plans (``CachePolicy.plans_at``, ``patches.hook_sets``)."""
     try:
-        policy = spec.build()  # fail in every process, the launcher's included, on a bad spec
+        spec.build()  # fail in every process, the launcher's included, on a bad spec
     except Exception as exc:  # noqa: BLE001 - any construction error stops the server
         raise fail(f"cannot build policy {spec.policy!r}: {exc}") from None
     from patches import hook_sets
+    from policy.registry import plans_at
 
-    hook_sets.install(register, spec, getattr(policy, "plans_at", "match"))
+    hook_sets.install(register, spec, plans_at(spec.policy))
 
 
 def is_leader(scheduler) -> bool:

@@ -14,8 +14,8 @@ side store (``Relocate``); ``Snapshot`` and ``Restore`` stand between them and c
 
 When a plan is made decides how its ``resume`` is read (``Plan.resume_limit``): a plan made at
 or inside the prefix match resumes at ``resume``; a plan made when the request is queued, before
-any match (SCR's), resumes wherever the tree's match ends, at most ``resume_limit``
-(``Plan.at_tree_hit``).
+any match (SCR's), resumes wherever the tree's match ends, at most ``resume_limit`` (its first
+``Read`` then starts there; past the limit its relocations are dropped, ``scr.cursor``).
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ class Plan:
 
     ``resume_limit``: None for a plan made at or inside the prefix match (it resumes at
     ``resume``); for a plan made at enqueue, before the match, the deepest tree hit it still holds
-    for (``at_tree_hit``), its first ``Read`` then starting wherever the match ends.
+    for, its first ``Read`` then starting wherever the match ends.
     ``detail``: what the policy's own step carrier needs beside the steps (SCR: its admission
     outcome); the executor never reads it."""
 
@@ -133,26 +133,6 @@ class Plan:
 
     def _last_cover(self) -> Step | None:
         return next((s for s in reversed(self.steps) if isinstance(s, (Read, Relocate))), None)
-
-    def at_tree_hit(self, tree_hit: int) -> "Plan | None":
-        """This plan, made at enqueue, for a prefix match that ends at ``tree_hit``: its first read
-        starts there (and is left out when the match ends exactly at the first relocation). None
-        when the match went past ``resume_limit`` or past the first relocation: the plan no longer
-        holds, and the request is read from the tree hit on. A plan made at the match is its own
-        answer for its own resume."""
-        if self.resume_limit is None:
-            return self if tree_hit == self.resume else None
-        if tree_hit > self.resume_limit:
-            return None
-        steps = list(self.steps)
-        first = steps[0] if steps else None
-        if isinstance(first, Read):
-            if tree_hit > first.end:
-                return None
-            steps = steps[1:] if tree_hit == first.end else [Read(tree_hit, first.end), *steps[1:]]
-        elif tree_hit != self.resume:
-            return None
-        return Plan(self.rid, tree_hit, tuple(steps), None, self.detail)
 
     def relocations(self) -> list[tuple[Relocate, bool]]:
         """Each Relocate, in order, and whether a Restore goes with it."""

@@ -56,7 +56,7 @@ class TrackedRequest:
         end = min(end, len(self.tokens))
         if end == self.read_until:
             return None
-        expected = next((f for f in self.plan.forwards() if f[0] == self.read_until), None) if self.plan else None
+        expected = next((f for f in self.plan.forwards() if f[0] == self.read_until), None)
         start, self.read_until = self.read_until, end
         self.pieces.append([start, end])
         if expected != (start, end):

@@ -165,9 +165,6 @@ def test_relocation_plan_reads_relocates_restores_and_reads_the_rest():
     assert plan == Plan("r", 0, (Read(0, 1500), Relocate(1500, 1284, 1700, 0), Restore(2784, 0),
                                  Read(2784, 3000)), resume_limit=1500, detail=outcome)
     plan.validate(3000)
-    assert plan.at_tree_hit(1024).steps[0] == Read(1024, 1500)
-    assert plan.at_tree_hit(1500).steps[0] == Relocate(1500, 1284, 1700, 0)  # relocated before admission
-    assert plan.at_tree_hit(1501) is None  # past the leading run: no plan
 
 
 def test_relocation_plan_of_two_blocks_restores_with_the_first_only():
@@ -185,8 +182,6 @@ def test_relocation_plan_of_two_blocks_restores_with_the_first_only():
 def test_every_other_outcome_reads_the_prompt_from_the_tree_hit(kind):
     plan = relocation_plan("r", Intercept(kind, ScrConfig()), 3000)
     assert (plan.steps, plan.resume_limit) == ((Read(0, 3000),), 3000)
-    assert plan.at_tree_hit(1024).steps == (Read(1024, 3000),)
-    assert plan.at_tree_hit(3000).steps == ()
 
 
 def test_retraction_ends_the_plan_and_says_whether_one_was_running():

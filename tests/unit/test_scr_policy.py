@@ -53,7 +53,6 @@ def test_a_cold_request_is_planned_at_enqueue_as_a_read_from_wherever_the_tree_m
     plan = policy.plan(Arrival(rid="r", tokens=tuple(range(10)), cache_key=None, tree_hit=0))
     assert policy.plans_at == "enqueue" and plan.detail.kind == "cold"
     assert (plan.steps, plan.resume_limit) == ((Read(0, 10),), 10)
-    assert plan.at_tree_hit(4).steps == (Read(4, 10),)
 
 
 def test_the_plan_after_a_stored_turn_relocates_the_block_the_admission_found():
