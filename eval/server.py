@@ -6,7 +6,6 @@ runs in its own processes); HTTP goes through ``eval.http``.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import random
@@ -19,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from eval import http
+from policy.events import read_jsonl
 
 READY_LINE = "The server is fired up and ready to roll!"
 # Lines that mean the server broke an invariant or crashed, whatever it answered.
@@ -237,12 +237,13 @@ class ServerProcess:
 
 def request_events(path: Path) -> list[dict]:
     """The request events of one ``--cache-events`` file as dicts, in file order (start-up
-    records, which have no ``rid``, left out; a missing file has none)."""
+    records and lost markers, which have no ``rid``, left out; a missing file has none). Read by
+    ``policy.events.read_jsonl``: a line the server is still writing, or one a full disk cut, is
+    skipped, not an error."""
     path = Path(path)
     if not path.exists():
         return []
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [row for row in rows if isinstance(row, dict) and "rid" in row]
+    return [row for _, row in read_jsonl(str(path)).rows if isinstance(row, dict) and "rid" in row]
 
 
 def wait_for_events_in(paths: dict[str, Path], rids, timeout: float = 15.0) -> dict[str, list[dict]]:

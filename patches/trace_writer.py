@@ -2,6 +2,8 @@
 from ``release_kv_cache`` of a finished request, any policy or none; requests popped from the
 waiting queue on an abort are written from the abort hook (``abort``). Only the events-writing
 scheduler writes (``plugin.is_leader``); the path arrives in ``TRACE_ENV`` from the launcher.
+Each line passes the fault point ``trace.write`` (key: the rid; ``serving/faults.py``); a line the
+disk refuses is logged and counted by ``serving/jsonl_append.py``, never raised.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from serving.request_book import finish_type
 from serving.trace_record import TRACE_ENV, set_trace_env, trace_record  # noqa: F401 - the launcher's
 
 logger = logging.getLogger(__name__)
+
+FAULT_POINT = "trace.write"
 
 _state: dict = {"writer": None}
 
@@ -29,7 +33,7 @@ def _write(req, finish_reason: str | None = None) -> None:
     if writer is None:
         return
     try:
-        writer.append(trace_line(req, finish_reason))
+        writer.append(trace_line(req, finish_reason), key=str(req.rid))
     except Exception:  # noqa: BLE001 - a lost trace line must not stop the server
         logger.exception("cache trace: line for rid=%s not written", getattr(req, "rid", None))
 
@@ -43,7 +47,7 @@ def install(register) -> bool:
 
     def after_scheduler_init(result, scheduler, *args, **kwargs):
         if plugin.is_leader(scheduler):
-            _state["writer"] = JsonlAppender(path)
+            _state["writer"] = JsonlAppender(path, FAULT_POINT)
 
     def before_release(req, *args, **kwargs):
         if req.finished():  # a retracted request is released too, and read again later

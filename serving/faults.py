@@ -8,8 +8,22 @@ rank R (``scr.place_rows#1@1``: the first copy fails on rank 1 only; the rank is
 scheduler's start-up hook, 0 until then). Use ``#R`` only on steps the ranks exchange about
 (scr's tensor steps, ``exact.piece``): elsewhere one rank's failure leaves the ranks at different
 collectives, a hang (docs/tensor_parallel.md §4). Unset (the default), a check is one dict lookup. The steps are named where ``check`` is called (``grep faults.check``: the
-executors in ``patches/``); the engine tests use this to show that a failing step ends one
+executors in ``patches/``, the file writer ``serving/jsonl_append.py``); the engine tests use this to show that a failing step ends one
 request, never the server. Standard library only, so the executors' pure tests use it too.
+
+Two points stand for a full disk under the per-request files, where a test cannot mount a small
+tmpfs (``serving/jsonl_append.py``: the record's first half is written, then it is lost with
+``ENOSPC``, logged and counted; the next good write ends the cut line and writes a ``lost``
+marker):
+
+* ``events.write`` (key: the rid): a request event of ``--cache-events`` (``serving/event_writer.py``);
+* ``trace.write`` (key: the rid): a line of ``--cache-trace`` (``patches/trace_writer.py``).
+
+``events.write@3+`` loses every event write from the 3rd. Items of one step count only the calls
+that reach them (a firing item ends the call; ``test_items_of_one_step_count_their_own_calls``),
+so k consecutive writes from the Nth are k copies of one item: ``events.write@3,events.write@3``
+loses the 3rd and 4th, while ``events.write@3,events.write@4`` loses the 3rd and the 5th. The
+start-up record passes no fault point.
 """
 
 from __future__ import annotations

@@ -8,6 +8,10 @@ Requests are grouped into conversations (``conversation_of``) to classify them:
   conversation's previous prompt: something before its end changed;
 * ``append``: otherwise (the previous prompt is reused up to the slack).
 
+A restart of the server (a later start-up record in the same events file, ``policy.events``)
+empties its cache, so a conversation's previous prompt from before it is not compared with: the
+conversation's first request after the restart is ``first`` again (``Served.segment``).
+
 PFLOPs per request (``flops.py``): ``pflops`` = 2·N_body·(F + D)/1e15 (the paper's count),
 ``pflops_naive`` = 2·N_body·(P + D)/1e15 (no cache), ``pflops_attn_approx`` = ``pflops`` + the
 attention term (393,216 FLOPs per query-key pair for Qwen3.6-27B; an upper bound under scr).
@@ -18,7 +22,9 @@ I2 totals: sum(P - R) = sum(M) + sum(F), and
 PFLOPs summed from rows = PFLOPs from the totals (rel. 1e-9); I3 policies without relocation
 (radix, exact) have M = 0 everywhere; C1 (``check_client``) every client request is joined to
 exactly one server row and every server row to one client request, with the same prompt and
-decode counts; X1 (``check_against_events``) a log's rows agree with the server's events file.
+decode counts, and (``lost_writes_failure``) how many answered calls have no event next to the
+lost writes the events files record; X1 (``check_against_events``) a log's rows agree with the
+server's events file.
 The server-log checks (duplicate ``Finish:``, dropped splice lines, blocks <= K) are in
 ``server_log.py``.
 """
@@ -53,6 +59,7 @@ class Row:
     cached_tokens: int | None = None  # SGLang's Finish-line count (server log); R + 2M under scr
     session: str = ""  # scr session id (kv6trace ev=req), if logged
     prev_prompt_tokens: int | None = None  # the conversation's previous prompt (what the class compares to)
+    start: int | None = None  # start-up records before the request's event in its file (None: not from events)
 
 
 @dataclass(frozen=True)
@@ -70,6 +77,7 @@ class Served:
     blocks: int = 0
     cached_tokens: int | None = None
     session: str = ""
+    segment: tuple[str, int] | None = None  # (events file, start index) of the server that served it
 
 
 def conversation_of(rid: str, cache_salt: str | None) -> str:
@@ -92,7 +100,9 @@ def classify_rows(served: Iterable[Served], body_params: float,
     prompt) and PFLOPs."""
     rows, previous = [], {}
     for s in served:
-        before = previous.get(s.conversation)
+        before, before_segment = previous.get(s.conversation, (None, None))
+        if restarted_between(before_segment, s.segment):
+            before = None
         rows.append(Row(
             rid=s.rid, policy=s.policy, conversation=s.conversation, prompt_tokens=s.prompt_tokens,
             prefix_reused=s.prefix_reused, moved=s.moved, read=s.read, decode=s.decode,
@@ -101,17 +111,28 @@ def classify_rows(served: Iterable[Served], body_params: float,
             pflops_naive=naive_pflops(s.prompt_tokens, s.decode, body_params),
             pflops_attn_approx=with_attention_pflops(s.prompt_tokens, s.read, s.decode, body_params, pair_flops),
             blocks=s.blocks, cached_tokens=s.cached_tokens, session=s.session, prev_prompt_tokens=before,
+            start=None if s.segment is None else s.segment[1],
         ))
-        previous[s.conversation] = s.prompt_tokens
+        previous[s.conversation] = (s.prompt_tokens, s.segment)
     return rows
 
 
-def rows_from_events(events: Iterable, body_params: float, pair_flops: int = QWEN36_27B_PAIR_FLOPS) -> list[Row]:
-    """``policy.events.RequestEvent``s (in finishing order) -> classified rows with PFLOPs."""
+def restarted_between(earlier: tuple[str, int] | None, later: tuple[str, int] | None) -> bool:
+    """The server of one events file started again between two requests (its cache is gone)."""
+    return earlier is not None and later is not None and earlier[0] == later[0] and earlier[1] != later[1]
+
+
+def rows_from_events(events: Iterable, body_params: float, pair_flops: int = QWEN36_27B_PAIR_FLOPS,
+                     segments: Sequence[tuple[str, int]] | None = None) -> list[Row]:
+    """``policy.events.RequestEvent``s (in finishing order) -> classified rows with PFLOPs;
+    ``segments``: each event's (events file, start index), when known."""
+    events = list(events)
+    segments = [None] * len(events) if segments is None else list(segments)
     return classify_rows((Served(
         rid=e.rid, policy=e.policy, conversation=conversation_of(e.rid, e.cache_salt),
         prompt_tokens=e.prompt_tokens, prefix_reused=e.prefix_reused, moved=e.moved, read=e.read,
-        decode=e.decode_tokens, blocks=getattr(e, "blocks", 0)) for e in events), body_params, pair_flops)
+        decode=e.decode_tokens, blocks=getattr(e, "blocks", 0), segment=segment)
+        for e, segment in zip(events, segments, strict=True)), body_params, pair_flops)
 
 
 def _i1(row: Row) -> str | None:
@@ -177,6 +198,24 @@ def check_client(rows: Sequence[Row], client: Sequence[dict]) -> list[str]:
         if row.rid not in seen:
             failures.append(f"C1 {row.rid}: server row without a client request (foreign request)")
     return failures
+
+
+def missing_events(client: Sequence[dict], served: Iterable[str]) -> list[str]:
+    """The client's rids (in its order, once each) with no server event or row among ``served``."""
+    served, missing = set(served), []
+    for record in client:
+        if record["rid"] not in served and record["rid"] not in missing:
+            missing.append(record["rid"])
+    return missing
+
+
+def lost_writes_failure(missing: int, lost_writes: int) -> list[str]:
+    """C1 in one line, when answered calls have no event: how many, next to the writes the events
+    files record as lost (a full disk loses both)."""
+    if not missing:
+        return []
+    lost = f"{lost_writes} lost writes (disk full?)" if lost_writes else "no lost writes"
+    return [f"C1: {missing} answered calls have no event; the events files record {lost}"]
 
 
 def check_against_events(rows: Sequence[Row], events: Iterable) -> list[str]:

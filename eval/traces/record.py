@@ -19,6 +19,12 @@ An aborted request is written too (``finish_reason`` ``abort``; one SGLang abort
 has ``prompt_ids`` ``[0]``); the join ignores abort lines, so a rid the client retried is taken from
 its last finished line. A rid of the server file that no client call names (another run, a
 warm-up) is dropped.
+
+The file is read under the events file's reader rule (``policy.events``, ``parse_jsonl``): a
+line a full disk cut is skipped and named in ``ServerTrace.cut``, the writer's ``lost`` markers
+are summed in ``ServerTrace.lost``, any other line that is not JSON is a ``TraceError``. Read while
+it grows, a line not yet ended waits for the next poll, and so do the bad lines just before it
+(the marker that explains them may come with the rest).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from pathlib import Path
 from typing import IO, Iterable
 
 from eval.traces.format import TraceCall, TraceError, write_trace
+from policy.events import JsonlError, parse_jsonl
 
 SERVER_FIELDS = ("rid", "cache_salt", "prompt_ids", "completion_ids", "finish_reason")
 
@@ -59,6 +66,11 @@ def parse_server_line(text: str, where: str) -> dict:
         row = json.loads(text)
     except ValueError as exc:
         raise TraceError(f"{where}: not JSON ({exc})") from None
+    return check_server_row(row, where)
+
+
+def check_server_row(row, where: str) -> dict:
+    """A decoded server trace line, checked; ``where`` (``FILE:LINE``) prefixes every error."""
     if not isinstance(row, dict) or any(k not in row for k in SERVER_FIELDS):
         raise TraceError(f"{where}: a server trace line has the fields {', '.join(SERVER_FIELDS)}")
     if not isinstance(row["rid"], str):
@@ -74,22 +86,35 @@ class ServerTrace:
         self.wanted = set(rids)
         self.finished: dict[str, dict] = {}
         self.aborted: set[str] = set()
+        self.cut: list[str] = []  # the cut lines skipped (policy.events' messages)
+        self.lost = 0  # lines the writer said it lost (its lost markers)
         self._offset = 0
         self._lines = 0
 
     def poll(self) -> None:
-        """Read the lines appended since the last poll (a partial last line waits for the next)."""
+        """Read the lines appended since the last poll (a partial last line, and bad lines just
+        before it, wait for the next)."""
         if not self.path.exists():
             return
         with open(self.path, "rb") as f:
             f.seek(self._offset)
             data = f.read()
-        complete = data[: data.rfind(b"\n") + 1]
-        self._offset += len(complete)
-        for text in complete.decode("utf-8").split("\n")[:-1]:
-            self._lines += 1
-            if text.strip():
-                self._take(parse_server_line(text, f"{self.path}:{self._lines}"))
+        ready = data[: settled(data)]
+        try:
+            self._consume(ready)
+        except JsonlError as exc:
+            self._consume(b"".join(ready.splitlines(keepends=True)[: exc.line - self._lines - 1]))
+            raise TraceError(f"{exc.where}:{exc.line}: not JSON ({exc.reason})") from None
+
+    def _consume(self, ready: bytes) -> None:
+        """Take the lines of ``ready`` (whole lines just after the last ones taken)."""
+        read = parse_jsonl(ready, str(self.path), self._lines + 1)
+        self._offset += len(ready)
+        self._lines += ready.count(b"\n")
+        self.cut += read.cut
+        self.lost += read.lost
+        for number, row in read.rows:
+            self._take(check_server_row(row, f"{self.path}:{number}"))
 
     def _take(self, row: dict) -> None:
         if row["rid"] not in self.wanted:
@@ -114,6 +139,30 @@ class ServerTrace:
             self.poll()
 
 
+def settled(data: bytes) -> int:
+    """How many bytes of ``data`` (what a poll read) can be read now: up to its last newline, or,
+    when a line is still unended, up to the last ended line that is JSON (bad lines before an
+    unended one may be cut lines whose marker has not come yet)."""
+    end = data.rfind(b"\n") + 1
+    if end == len(data):
+        return end
+    while end:
+        start = data.rfind(b"\n", 0, end - 1) + 1
+        line = data[start:end]
+        if line.strip() and _is_json(line):
+            return end
+        end = start
+    return 0
+
+
+def _is_json(line: bytes) -> bool:
+    try:
+        json.loads(line)
+    except ValueError:
+        return False
+    return True
+
+
 def join(client: list[ClientCall], server: ServerTrace) -> list[TraceCall]:
     """Trace calls in client order; a call without a finished server line is an error naming it."""
     calls = []
@@ -122,7 +171,7 @@ def join(client: list[ClientCall], server: ServerTrace) -> list[TraceCall]:
         if row is None:
             why = "only an aborted line" if call.rid in server.aborted else "no line"
             raise TraceError(f"{server.path}: rid {call.rid} (conversation {call.conversation!r} turn "
-                             f"{call.turn}) has {why} in the server trace")
+                             f"{call.turn}) has {why} in the server trace{_losses(server)}")
         calls.append(TraceCall(
             conversation=call.conversation, turn=call.turn, prompt_ids=list(row["prompt_ids"]),
             completion_ids=list(row["completion_ids"]), cache_salt=row["cache_salt"], messages=call.messages,
@@ -130,6 +179,13 @@ def join(client: list[ClientCall], server: ServerTrace) -> list[TraceCall]:
             meta={**call.meta, "rid": call.rid, "finish_reason": row["finish_reason"]},
         ))
     return calls
+
+
+def _losses(server: ServerTrace) -> str:
+    """What the file says of writes that failed, for an error about a missing line."""
+    if not (server.lost or server.cut):
+        return ""
+    return f" (the file records {server.lost} lost writes and {len(server.cut)} cut lines)"
 
 
 def check_client(client: list[ClientCall]) -> None:

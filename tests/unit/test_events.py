@@ -263,7 +263,7 @@ def test_startup_record_exact():
         "record": "startup", "policy": "radix", "settings": {},
         "versions": {"sglang": "0.5.16", "torch": "2.9.0", "transformers": None, "overlay": "0.1.0"},
         "server_args": ["--model-path", "m", "--page-size", "1"], "serving_profile": "matched",
-        "pid": 7, "ts": 50.0,
+        "pid": 7, "ts": 50.0, "start": 1, "restart": False, "cache": "cold", "previous": None,
     }
 
 
