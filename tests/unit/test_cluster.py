@@ -77,17 +77,24 @@ def test_router_command_refuses(policy, workers, message):
         router_command(1, workers, policy, 2)
 
 
+def _shares(values):
+    return dict(zip(("prefix_reused_share", "moved_share", "read_share"), values))
+
+
 def _arm(shares, replay_s, **extra):
-    return {"shares": dict(zip(("prefix_reused_share", "moved_share", "read_share"), shares)),
-            "replay_s": replay_s, "checks_failed": [], **extra}
+    return {"shares": _shares(shares), "replay_s": replay_s, "checks_failed": [], **extra}
 
 
-def _results(cluster_shares=(0.5, 0.2, 0.3), split=(), equal=10):
-    single = _arm((0.5, 0.2, 0.3), 100.0, exact_prediction={"equal": 10, "calls": 10})
-    cluster = _arm(cluster_shares, 80.0, router_policy="manual", split_conversations=list(split), conversations=4,
-                   load={"worker-0": {"calls": 6}, "worker-1": {"calls": 4}},
-                   exact_prediction={"equal": equal, "calls": 10})
-    return {"exact": {"single": single, "2w-manual": cluster}}
+def _results(cluster_shares=(0.5, 0.2, 0.3), split=(), equal=10, lost=(), policy="exact",
+             predicted=(0.5, 0.2, 0.3)):
+    exact = policy == "exact"
+    single = _arm((0.5, 0.2, 0.3), 100.0, policy=policy,
+                  **({"exact_prediction": {"equal": 10, "calls": 10}} if exact else {}))
+    cluster = _arm(cluster_shares, 80.0, policy=policy, router_policy="manual", split_conversations=list(split),
+                   conversations=4, load={"worker-0": {"calls": 6}, "worker-1": {"calls": 4}},
+                   lost_calls=list(lost), predicted_shares=_shares(predicted),
+                   **({"exact_prediction": {"equal": equal, "calls": 10}} if exact else {}))
+    return {policy: {"single": single, "2w-manual": cluster}}
 
 
 def test_gap_in_points():
@@ -99,7 +106,12 @@ def test_gap_in_points():
     ({}, None),
     ({"split": ["r.c"]}, "conversations split"),
     ({"equal": 9}, "differs from its prediction"),
-    ({"cluster_shares": (0.48, 0.2, 0.32)}, "more than 1 point"),
+    ({"lost": ["r.c.3"]}, "1 calls lost"),
+    # exact: 2 points from the single server but every call as predicted per worker: a pass
+    ({"cluster_shares": (0.48, 0.2, 0.32), "predicted": (0.48, 0.2, 0.32)}, None),
+    ({"cluster_shares": (0.48, 0.2, 0.32), "predicted": (0.48, 0.2, 0.32), "policy": "radix"}, None),
+    ({"cluster_shares": (0.48, 0.2, 0.32), "policy": "radix"}, "more than 1 point from the prediction"),
+    ({"cluster_shares": (0.48, 0.2, 0.32), "predicted": (0.489, 0.2, 0.311), "policy": "scr"}, None),  # 0.9 points
 ])
 def test_failed_rules(kwargs, problem):
     problems = failed(_results(**kwargs))
@@ -120,6 +132,7 @@ def test_table_cells():
     assert "| conversations split across workers |  | 1/4 |" in text
     assert "| calls per worker |  | 6 / 4 |" in text
     assert "| exact: calls equal to exact_cache.replay (per worker) | 10/10 | 10/10 |" in text
+    assert "| largest share gap to prediction, points |  | 0.00 |" in text
     assert "| throughput ratio to single | 1.00 | 1.25 |" in text
     assert "| prefix / moved / read | 50.0% / 20.0% / 30.0% |" in text
 
