@@ -220,8 +220,9 @@ def run_replay(server_url: str, trace_path: Path, out: Path, run: str = DEFAULT_
                progress: TextIO | None = sys.stderr, router: bool = False) -> dict:
     """The command: check the arguments, the address and the trace, then replay. ``router``: the
     address is ``sglang-router`` in front of several servers (``python -m eval.cluster``): forced
-    ids go in the field the router keeps and every call carries the affinity header
-    (``eval/cluster/router_client.py``)."""
+    ids go in the field the router keeps, every call carries the affinity header
+    (``eval/cluster/router_client.py``), and a call whose worker died is retried
+    (``eval/replay/retry.py``: which retries are safe, and why)."""
     check_run_name(run)
     if concurrency < 1:
         raise UsageError(f"--concurrency {concurrency}: must be >= 1")
@@ -240,4 +241,8 @@ def run_replay(server_url: str, trace_path: Path, out: Path, run: str = DEFAULT_
         body, headers = for_router(payload, affinity=True) if router else (payload, None)
         return client.request(base, path, body, timeout=CALL_TIMEOUT_S, headers=headers)
 
+    if router:  # a worker behind the router may die: retry its calls on the one the router picks next
+        from eval.replay.retry import RetryingSend
+
+        return replay(RetryingSend(send), trace, out, run, concurrency, progress)
     return replay(send, trace, out, run, concurrency, progress)

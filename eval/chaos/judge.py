@@ -1,0 +1,111 @@
+"""A scenario's files in, its verdicts out: ingest every events file, then ``checks.py``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from eval.chaos import checks
+from eval.chaos.checks import Segment, Verdict, segments
+from eval.chaos.run import RUN, Record, fatal
+
+
+def exact_agreements(segs: list[Segment], calls, unrecorded: dict[str, float] | None = None) -> list[dict]:
+    """Per server start: its calls against ``exact_cache.replay`` over exactly the prompts that
+    start read, in queue order. ``unrecorded``: rid -> send time of calls answered by the first
+    start whose events the full disk took; their prompts are in the replay (the server read and
+    kept them) but they have no served count to compare."""
+    from exact_cache.config import ExactConfig
+    from exact_cache.replay import ReplayTree, replay_tree
+
+    by_rid = {call.rid(RUN): call for call in calls}
+    result = []
+    for seg in segs:
+        if not seg.events or seg.startup is None:
+            continue
+        ghosts = [{"rid": rid, "queued_ts": ts, "ghost": True} for rid, ts in (unrecorded or {}).items()
+                  if seg.start == 1]
+        order = sorted([e for e in seg.events if e["rid"] in by_rid] + ghosts, key=lambda e: e["queued_ts"])
+        tree = ReplayTree.for_config(ExactConfig(**seg.startup["settings"]))
+        predicted = replay_tree(tree, [by_rid[e["rid"]].prompt_ids for e in order], [e.get("match_cap") for e in order])
+        served = [(e, p) for e, p in zip(order, predicted) if not e.get("ghost")]
+        differ = [{"rid": e["rid"], "served": e["prefix_reused"], "predicted": p}
+                  for e, p in served if e["prefix_reused"] != p]
+        result.append({"file": seg.file, "start": seg.start, "calls": len(served), "differ": differ[:20]})
+    return result
+
+
+def after_kill(segs: list[Segment], victim_file: str | None) -> dict[str, set[str]]:
+    """conversation -> the server starts that served it other than the killed one (its first start)."""
+    served: dict[str, set[str]] = {}
+    for seg in segs:
+        if seg.file == victim_file and seg.start == 1:
+            continue
+        for event in seg.events:
+            served.setdefault(checks.conversation_of(event["rid"]), set()).add(f"{seg.file}#{seg.start}")
+    return served
+
+
+EVICT_RETRY = "[kvreuse] evict-before-fail: requested="  # scr.authors_log LINES["evict_retry"]
+
+
+def evict_retries(logs: list[Path]) -> int:
+    """scr's evict-then-retry lines in the server logs (the shrunk pool's effect on scr)."""
+    return sum(p.read_text(errors="replace").count(EVICT_RETRY) for p in logs if p.exists())
+
+
+def lost_lines(logs: list[Path]) -> int:
+    from serving.jsonl_append import LOST_LINE
+
+    return sum(len(LOST_LINE.findall(p.read_text(errors="replace"))) for p in logs if p.exists())
+
+
+def judge(record: Record, calls, error: str | None = None) -> dict[str, Verdict]:
+    """Every check of ``checks.CHECKS`` for one scenario (a scenario that raised fails the first two)."""
+    from eval.report import ingest
+    from policy.events import read_jsonl
+
+    notes = record.notes
+    files = [Path(p) for p in notes.get("events_at_end", [str(p) for p in record.events])]
+    segs = [s for path in files if path.exists() for s in segments(str(path))]
+    client_rows = []
+    client_path = record.out / "client.jsonl"
+    if client_path.exists():
+        client_rows = [json.loads(line) for line in client_path.read_text().splitlines() if line.strip()]
+    answered = {row["rid"] for row in client_rows}
+    have = {event["rid"] for seg in segs for event in seg.events}
+    window = list(notes.get("lost_window", []))
+    present = [p for p in files if p.exists()]
+    summary: dict = {}
+    if not present:
+        failures = ["no events file was written"]
+    else:
+        _, failures = ingest(present, record.out / "report", client_path=client_path if client_rows else None,
+                             policy=record.policy)
+        summary = json.loads((record.out / "report" / "summary.json").read_text())
+    restarted = {str(p) for p in files if sum(1 for s in segments(str(p)) if s.startup) > 1}
+    shrunk = {(s.file, s.start) for s in segs if record.setup == "alone" and s.start >= 2}
+    victims = {c for c, w in notes.get("pins_before_kill", {}).items() if w == notes.get("restarted")}
+    victim_file = next((str(p) for p in files if notes.get("restarted") and notes["restarted"] in p.name), None)
+    verdicts = {
+        "answered once": checks.answered_once([c.rid(RUN) for c in calls], client_rows),
+        "forced ids": Verdict(error is None or "Mismatch" not in error,
+                             error if error and "Mismatch" in error else "no answer's ids differ from the trace"),
+        "identities": checks.identities(failures, {rid for rid in window if rid not in have}),
+        "no event twice": checks.no_event_twice(segs, answered),
+        "no event lost": checks.no_event_lost(segs, answered, window),
+        "disk full logged": checks.disk_full_logged(window, sum(1 for rid in window if rid not in have),
+                                                    lost_lines(record.logs),
+                                                    sum(read_jsonl(str(p)).lost for p in files if p.exists()),
+                                                    summary.get("missing_records")),
+        "restart said": checks.restart_said(segs, restarted, len(summary.get("starts", []))),
+        "exact = replay": (checks.exact_equals_replay(exact_agreements(segs, calls, notes.get("window_sent_ts")), shrunk)
+                           if record.policy == "exact" else checks.na()),
+        "exact warm = cold": checks.exact_warm_cold(notes.get("probes")) if record.policy == "exact" else checks.na(),
+        "scr own rows": checks.scr_own_rows(segs) if record.policy == "scr" else checks.na(),
+        "re-pinned": checks.re_pinned(victims, after_kill(segs, victim_file)) if record.setup == "router" else checks.na(),
+        "no fatal lines": checks.no_fatal(fatal(record.logs)),
+    }
+    if error is not None:
+        verdicts["answered once"] = Verdict(False, f"the scenario stopped: {error[:200]}")
+    return verdicts
