@@ -23,7 +23,7 @@ adds ``starts``, one entry per start that served requests: ``{"file", "start", "
     eval.report ingest: the run was split at <N> restart(s): the cache starts cold at each; reuse before and after is reported per start (summary.json "starts")
 
 A rid served twice is a client's retry when the earlier copy's start is not the last of its file
-(a restart, or a server that died, ended it): the later copy is kept, and the rid is listed in
+(a restart of its server ended it): the later copy is kept, and the rid is listed in
 ``retried_after_restart``. Any other repeat across files still fails.
 
 **Lost writes.** The events files' cut lines and ``lost`` markers (``serving/jsonl_append.py``)

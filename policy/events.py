@@ -43,10 +43,11 @@ part of a line in the file: a *cut line*. A line that is not JSON is skipped, an
 ``JsonlRead.cut`` (``PATH:LINE: a cut line (N bytes) skipped``), when
 
 * it is the file's last line and has no trailing newline (a crash, or a write still failing, cut
-  it), or
-* the next record after it (blank lines and further cut lines aside) is a ``lost`` marker: the
-  writer ended the cut line with a newline on its next good write and said what it lost, or
-* it is followed by cut lines only, up to a last line without a newline (the writer kept failing).
+  it), or it is followed by cut lines only, up to such a last line (the writer kept failing), or
+* the next record after it (blank lines and further cut lines aside) is a ``lost`` marker (the
+  writer ended the cut line with a newline on its next good write and said what it lost) or a
+  start-up record (the server that wrote it stopped before it could say so, and a new one started
+  on the file: a crash; so a damaged file never stops a restart).
 
 Any other line that is not JSON raises ``JsonlError`` (a ``ValueError``) naming ``PATH:LINE``:
 corruption is never skipped in silence.
@@ -197,9 +198,10 @@ def _entries(lines: Iterable[tuple[int, bytes]], where: str) -> Iterator[tuple[i
     """``(line, object, None)`` per record, lost markers included, and ``(line, None, message)`` per
     cut line, in file order, lazily (one group of bad lines held back at a time).
 
-    Bad lines are held as a group until the next record decides them: a lost marker after them,
-    or the end of the file inside an unterminated line, makes them cut lines; anything else is
-    corruption, raised at the group's first line."""
+    Bad lines are held as a group until the next record decides them: a lost marker after them
+    (the writer explains them), a start-up record (the server that wrote them stopped, and a new
+    one started: a crash) or the end of the file inside an unterminated line makes them cut
+    lines; anything else is corruption, raised at the group's first line."""
     group: list[tuple[int, bytes, str]] = []
     for number, raw in lines:
         if not raw.strip():
@@ -209,7 +211,7 @@ def _entries(lines: Iterable[tuple[int, bytes]], where: str) -> Iterator[tuple[i
             group.append((number, raw, reason))
             continue
         if group:
-            yield from _settle(group, where, is_lost_marker(row))
+            yield from _settle(group, where, is_lost_marker(row) or is_startup(row))
             group = []
         yield number, row, None
     if group:

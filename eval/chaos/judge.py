@@ -36,14 +36,23 @@ def exact_agreements(segs: list[Segment], calls, unrecorded: dict[str, float] | 
 
 
 def after_kill(segs: list[Segment], victim_file: str | None) -> dict[str, set[str]]:
-    """conversation -> the server starts that served it other than the killed one (its first start)."""
+    """conversation -> the server starts other than the killed worker's (any of its starts: a
+    restarted worker serving its own conversations again is no re-pinning) that served it."""
     served: dict[str, set[str]] = {}
     for seg in segs:
-        if seg.file == victim_file and seg.start == 1:
+        if seg.file == victim_file:
             continue
         for event in seg.events:
             served.setdefault(checks.conversation_of(event["rid"]), set()).add(f"{seg.file}#{seg.start}")
     return served
+
+
+def starts_per_file(summary: dict) -> dict[str, int]:
+    """Events file -> the starts ingest reported for it (``summary.json`` ``starts``)."""
+    counts: dict[str, int] = {}
+    for start in summary.get("starts", []):
+        counts[str(start["file"])] = counts.get(str(start["file"]), 0) + 1
+    return counts
 
 
 EVICT_RETRY = "[kvreuse] evict-before-fail: requested="  # scr.authors_log LINES["evict_retry"]
@@ -60,6 +69,14 @@ def lost_lines(logs: list[Path]) -> int:
     return sum(len(LOST_LINE.findall(p.read_text(errors="replace"))) for p in logs if p.exists())
 
 
+def restarted_files(record: Record, files: list[Path]) -> set[str]:
+    """The events files (as judged) whose server the scenario killed and started again."""
+    if record.setup == "alone":
+        return {str(p) for p in files} if "killed" in record.notes else set()
+    name = record.notes.get("restarted")
+    return {str(p) for p in files if name and p.name.startswith(name)}
+
+
 def judge(record: Record, calls, error: str | None = None) -> dict[str, Verdict]:
     """Every check of ``checks.CHECKS`` for one scenario (a scenario that raised fails the first two)."""
     from eval.report import ingest
@@ -67,26 +84,31 @@ def judge(record: Record, calls, error: str | None = None) -> dict[str, Verdict]
 
     notes = record.notes
     files = [Path(p) for p in notes.get("events_at_end", [str(p) for p in record.events])]
-    segs = [s for path in files if path.exists() for s in segments(str(path))]
     client_rows = []
     client_path = record.out / "client.jsonl"
     if client_path.exists():
         client_rows = [json.loads(line) for line in client_path.read_text().splitlines() if line.strip()]
     answered = {row["rid"] for row in client_rows}
-    have = {event["rid"] for seg in segs for event in seg.events}
     window = list(notes.get("lost_window", []))
     present = [p for p in files if p.exists()]
     summary: dict = {}
-    if not present:
-        failures = ["no events file was written"]
-    else:
-        _, failures = ingest(present, record.out / "report", client_path=client_path if client_rows else None,
-                             policy=record.policy)
-        summary = json.loads((record.out / "report" / "summary.json").read_text())
-    restarted = {str(p) for p in files if sum(1 for s in segments(str(p)) if s.startup) > 1}
-    shrunk = {(s.file, s.start) for s in segs if record.setup == "alone" and s.start >= 2}
+    try:
+        segs = [s for path in present for s in segments(str(path))]
+        if not present:
+            failures = ["no events file was written"]
+        else:
+            _, failures = ingest(present, record.out / "report", client_path=client_path if client_rows else None,
+                                 policy=record.policy)
+            summary = json.loads((record.out / "report" / "summary.json").read_text())
+        lost_in_files = sum(read_jsonl(str(p)).lost for p in present)
+    except ValueError as exc:  # an unreadable file or a call served twice: a failed check, not a usage error
+        segs, failures, lost_in_files = [], [f"the events files cannot be ingested: {exc}"], 0
+    have = {event["rid"] for seg in segs for event in seg.events}
+    restarted = restarted_files(record, files)
     victims = {c for c, w in notes.get("pins_before_kill", {}).items() if w == notes.get("restarted")}
-    victim_file = next((str(p) for p in files if notes.get("restarted") and notes["restarted"] in p.name), None)
+    victim_file = next((str(p) for p in files if notes.get("restarted") and p.name.startswith(notes["restarted"])),
+                       None)
+    shrunk = {(s.file, s.start) for s in segs if record.setup == "alone" and s.start >= 2}
     verdicts = {
         "answered once": checks.answered_once([c.rid(RUN) for c in calls], client_rows),
         "forced ids": Verdict(error is None or "Mismatch" not in error,
@@ -96,9 +118,9 @@ def judge(record: Record, calls, error: str | None = None) -> dict[str, Verdict]
         "no event lost": checks.no_event_lost(segs, answered, window),
         "disk full logged": checks.disk_full_logged(window, sum(1 for rid in window if rid not in have),
                                                     lost_lines(record.logs),
-                                                    sum(read_jsonl(str(p)).lost for p in files if p.exists()),
+                                                    lost_in_files,
                                                     summary.get("missing_records")),
-        "restart said": checks.restart_said(segs, restarted, len(summary.get("starts", []))),
+        "restart said": checks.restart_said(segs, restarted, starts_per_file(summary)),
         "exact = replay": (checks.exact_equals_replay(exact_agreements(segs, calls, notes.get("window_sent_ts")), shrunk)
                            if record.policy == "exact" else checks.na()),
         "exact warm = cold": checks.exact_warm_cold(notes.get("probes")) if record.policy == "exact" else checks.na(),

@@ -45,6 +45,10 @@ WORKER_ENV = {"SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "0"}
 # conversations evenly in our probes, but the router does not promise an even split.
 MANUAL_ARGS = ["--assignment-mode", "min_group"]
 READY_TIMEOUT_S = 120.0
+# The router's own wait for a worker's answer; above every client's (eval.replay: 3,600 s), so a
+# slow call is never given up by the router while the worker still runs it (its default, 1,800 s,
+# would answer an error that a client could take for a dead worker and send the call again).
+ROUTER_REQUEST_TIMEOUT_S = 7200
 
 
 def core_shares(cores, workers: int) -> list[list[int] | None]:
@@ -60,7 +64,7 @@ def core_shares(cores, workers: int) -> list[list[int] | None]:
 def router_command(port: int, worker_urls: list[str], policy: str, metrics_port: int,
                    extra: list[str] | None = None) -> list[str]:
     """The router's argv: loopback only, its Prometheus port chosen free (the default, 29000, would
-    collide between two clusters), health checks every 10 s."""
+    collide between two clusters), health checks every 10 s, a request timeout above the clients'."""
     if policy not in ROUTER_POLICIES:
         raise ValueError(f"router policy {policy!r}: choose from {', '.join(ROUTER_POLICIES)}")
     if not worker_urls:
@@ -68,6 +72,7 @@ def router_command(port: int, worker_urls: list[str], policy: str, metrics_port:
     return [sys.executable, "-m", "sglang_router.launch_router", "--host", "127.0.0.1", "--port", str(port),
             "--worker-urls", *worker_urls, "--policy", policy, "--prometheus-host", "127.0.0.1",
             "--prometheus-port", str(metrics_port), "--health-check-interval-secs", "10",
+            "--request-timeout-secs", str(ROUTER_REQUEST_TIMEOUT_S),
             "--log-level", "warn", *(MANUAL_ARGS if policy == "manual" else []), *(extra or [])]
 
 

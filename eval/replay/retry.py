@@ -5,12 +5,14 @@ Used by ``eval.replay --router`` (a worker behind the router may die) and by ``e
 A call is retried when its server is gone, not when it answered:
 
 * **no answer at all** (connection refused or reset, the socket closed mid-call: ``status`` None),
-  **502 / 503 / 504** (the router could not reach a worker, or has none left for the key), or the
+  **502 / 503** (the router could not reach a worker, or has none left for the key), or the
   router's **500 with code ``call_upstream_request_error``** (sglang-router 0.3.2's answer when the
   worker it sent the call to died with the call on the wire: measured, a SIGKILLed worker);
-* never on 4xx (the request is wrong, a retry repeats it), on 500 (the server failed it: a real
-  failure to report), or on a timeout of a server that is alive (the first attempt may still be
-  running: a retry would be a second copy of the call in the same server).
+* never on 4xx (the request is wrong, a retry repeats it), on any other 500 (the server failed it:
+  a real failure to report), or on a timeout: the client's own, or the router's 504 (the first
+  attempt may still be running: a retry would be a second copy of the call in the same server).
+  ``eval.cluster`` starts the router with a request timeout (7,200 s) above the replay's
+  (3,600 s), so the router does not give up on a worker that is still reading a long call.
 
 Why such a retry is safe: the call is forced decoding (its output ids are the trace's, whoever
 serves it), and what a served call leaves behind on the server is cache contents (advisory: every
@@ -34,7 +36,7 @@ from eval.soak import client
 
 Send = Callable[[str, dict], client.Reply]
 
-RETRY_STATUSES = frozenset({502, 503, 504})
+RETRY_STATUSES = frozenset({502, 503})
 ROUTER_UPSTREAM_ERROR = "call_upstream_request_error"  # sglang-router: the worker went away mid-call
 RETRY_FOR_S = 300.0  # how long a call keeps retrying (a worker restart plus the router's health check)
 BACKOFF_S = (0.5, 1.0, 2.0, 4.0)

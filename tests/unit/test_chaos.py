@@ -51,6 +51,7 @@ def test_plan_puts_every_phase_on_at_least_one_turn():
     (Reply(None, None, "connection error: refused", 0.0), True),
     (Reply(502, None, "bad gateway", 0.0), True),
     (Reply(503, None, "no worker", 0.0), True),
+    (Reply(504, None, "call_upstream_timeout", 0.0), False),  # the worker may still be running it
     (Reply(None, None, "client timeout", 0.0), False),  # the server may still be running it
     (Reply(500, None, "boom", 0.0), False),
     (Reply(500, {"error": {"code": "call_upstream_request_error", "message": "error sending request"}}, "x", 0.0), True),
@@ -106,6 +107,22 @@ def test_answered_once():
     assert not checks.answered_once(["r.a.0", "r.a.1"], rows + [{"rid": "r.a.1"}]).ok
 
 
+def test_a_retried_call_passes_whatever_order_the_files_are_read_in():
+    dead = seg("w1", 1, [dict(event("r.a.1"), finished_ts=1.0)], last=False)
+    kept = seg("w0", 1, [dict(event("r.a.1"), finished_ts=5.0)])
+    assert checks.no_event_twice([kept, dead], {"r.a.1"}).ok and checks.no_event_twice([dead, kept], {"r.a.1"}).ok
+
+
+def test_restart_said_comes_from_what_the_scenario_did_and_counts_starts_per_file():
+    said = seg("w1", 2, [event("r.a.2")], startup={"restart": True, "cache": "cold"})
+    assert checks.restart_said([said], {"w1"}, {"w1": 2}).ok
+    assert not checks.restart_said([], {"w1"}, {"w1": 2}).ok  # the restarted server wrote no record
+    assert not checks.restart_said([said], {"w1"}, {"w0": 1, "w1": 1}).ok  # another file's start is no split
+    idle = seg("w1", 2, [], startup={"restart": True, "cache": "cold"})
+    assert checks.restart_said([idle], {"w1"}, {"w1": 1}).ok  # served nothing after the restart: nothing to split
+    assert checks.restart_said([], set(), {}).ok is None
+
+
 def test_an_event_twice_is_a_retry_only_across_a_restart():
     crashed = seg("w1", 1, [event("r.a.1")], last=False)
     after = seg("w0", 1, [event("r.a.1")])
@@ -141,6 +158,8 @@ def test_scr_may_relocate_only_after_its_conversation_came_to_this_server_start(
     assert verdict.ok and "1 conversations resumed" in verdict.detail
     ghost = seg("e", 2, [event("r.a.2", moved=25, ts=3)])
     assert not checks.scr_own_rows([first, ghost]).ok
+    inert = seg("e", 1, [event("r.a.0", ts=1), event("r.a.1", ts=2)])
+    assert not checks.scr_own_rows([inert]).ok  # nothing relocated: the rule was never exercised
 
 
 def test_exact_equals_replay_allows_less_reuse_only_where_the_pool_was_shrunk():
@@ -152,7 +171,8 @@ def test_exact_equals_replay_allows_less_reuse_only_where_the_pool_was_shrunk():
 
 
 def test_warm_equals_cold_needs_probes_that_reused_something():
-    good = {"rid": "r", "problems": [], "warm_cached": 900}
+    good = {"rid": "r", "problems": [], "warm_cached": 900, "cold_cached": 0}
+    assert not checks.exact_warm_cold([{**good, "cold_cached": 832}]).ok  # the "cold" read was warm
     assert checks.exact_warm_cold([good]).ok
     assert not checks.exact_warm_cold([{**good, "problems": ["logprobs differ at [3]"]}]).ok
     assert not checks.exact_warm_cold([{**good, "warm_cached": 0}]).ok

@@ -253,7 +253,7 @@ def test_a_file_truncated_mid_line_reads_with_its_last_line_named(tmp_path):
 @pytest.mark.parametrize("text, line", [
     pytest.param('{"a": 1}\n{"b": \n{"c": 3}\n', 2, id="bad-line-then-a-record"),
     pytest.param('{"a": 1}\n{"b": \n', 2, id="bad-last-line-with-its-newline"),
-    pytest.param('{"a": 1}\n{"b": \n{"record": "startup"}\n{"record": "lost", "count": 1}\n', 2,
+    pytest.param('{"a": 1}\n{"b": \n{"rid": "x"}\n{"record": "lost", "count": 1}\n', 2,
                  id="a-record-between-the-bad-line-and-the-marker"),
 ])
 def test_a_bad_line_not_explained_by_a_marker_or_the_end_still_raises(tmp_path, text, line):
@@ -271,3 +271,21 @@ def test_cut_lines_before_a_marker_are_skipped_with_blank_lines_between(tmp_path
     read = parse_jsonl(text.encode(), "f", first_line=10)
     assert read.rows == [(10, {"a": 1}), (16, {"d": 4})] and read.lost == 3
     assert read.cut == ["f:11: a cut line (4 bytes) skipped", "f:13: a cut line (7 bytes) skipped"]
+
+
+def test_a_cut_line_before_a_restart_is_skipped_so_the_server_can_start_again(tmp_path):
+    """A writer that cut a line, ended it, and died before its marker got out: the file ends in an
+    ended bad line, which alone is corruption; the next server's start-up record explains it
+    (a crash), so the restart and every reader go on (and name the line)."""
+    from policy.events import next_start, read_jsonl, startup_record
+
+    path = tmp_path / "events.jsonl"
+    first = json.dumps(startup_record("radix", {}, {}, [], 1, 1.0))
+    path.write_text(first + '\n{"rid": "b\n')
+    with pytest.raises(ValueError):
+        read_jsonl(str(path))  # nothing explains the bad line yet
+    with open(path, "a") as f:
+        f.write(json.dumps(startup_record("radix", {}, {}, [], 2, 2.0, start=2, previous={"pid": 1, "ts": 1.0})) + "\n")
+    read = read_jsonl(str(path))
+    assert [row["pid"] for _, row in read.rows] == [1, 2] and read.cut == [f"{path}:2: a cut line (10 bytes) skipped"]
+    assert next_start(str(path))[0] == 3
