@@ -197,8 +197,11 @@ class JsonlAppender:
     def close(self) -> None:
         """Write a marker still owed (if the disk now takes it), then close."""
         with self._lock:
+            if self._fd is None:  # closed already: closing twice is harmless
+                return
             try:
                 self._write_owed_marker()
             except WriteFailed:
                 pass
             os.close(self._fd)
+            self._fd = None

@@ -289,3 +289,13 @@ def test_a_cut_line_before_a_restart_is_skipped_so_the_server_can_start_again(tm
     read = read_jsonl(str(path))
     assert [row["pid"] for _, row in read.rows] == [1, 2] and read.cut == [f"{path}:2: a cut line (10 bytes) skipped"]
     assert next_start(str(path))[0] == 3
+
+
+def test_closing_twice_is_harmless(tmp_path):
+    from serving.jsonl_append import JsonlAppender
+
+    writer = JsonlAppender(str(tmp_path / "e.jsonl"))
+    assert writer.append({"a": 1})
+    writer.close()
+    writer.close()
+    assert (tmp_path / "e.jsonl").read_text() == '{"a": 1}\n'
