@@ -30,6 +30,8 @@ def parser() -> Parser:
     p.add_argument("--conversations", type=int_at_least(2), default=4, metavar="N")
     p.add_argument("--turns", type=int_at_least(3), default=6, metavar="N", help="turns per conversation")
     p.add_argument("--seed", type=int, default=0, metavar="S")
+    p.add_argument("--lost-writes", type=int_at_least(1), default=2, metavar="N",
+                   help="alone: event writes the full disk takes before it is freed")
     p.add_argument("--no-mount", action="store_true",
                    help="inject ENOSPC in the events writer instead of mounting a small tmpfs")
     p.add_argument("--model", type=existing_dir, default=None, metavar="DIR", help="model directory (default: the tiny model)")
@@ -57,7 +59,7 @@ def run_one(policy: str, setup: str, calls, args, model: Path) -> dict:
     from eval.chaos.run import Plan, run_alone, run_router
 
     out = args.out / f"{policy}-{setup}"
-    plan = Plan.for_turns(args.turns)
+    plan = Plan.for_turns(args.turns, lost=args.lost_writes)
     started = time.monotonic()
     print(f"{PROG}: {policy} {setup}", file=sys.stderr, flush=True)
     record = (run_alone(policy, calls, out, model, plan, not args.no_mount) if setup == "alone"

@@ -57,10 +57,10 @@ class Plan:
     lost: int = LOST_WRITES
 
     @classmethod
-    def for_turns(cls, turns: int, concurrency: int = 2) -> "Plan":
+    def for_turns(cls, turns: int, concurrency: int = 2, lost: int = LOST_WRITES) -> "Plan":
         if turns < 3:
             raise ValueError(f"a chaos run needs at least 3 turns per conversation (one per phase), got {turns}")
-        return cls(a=max(1, turns // 3), b=max(2, (2 * turns) // 3), concurrency=concurrency)
+        return cls(a=max(1, turns // 3), b=max(2, (2 * turns) // 3), concurrency=concurrency, lost=lost)
 
 
 def phase(calls, low: int, high: int) -> list:
@@ -145,7 +145,10 @@ def run_alone(policy: str, calls, out: Path, model: Path, plan: Plan, allow_moun
         replay_phase(send, first, out, plan.concurrency)
         wait_for_events_in({"e": events}, [c.rid(RUN) for c in first], timeout=30)
         disk.fill()
-        window = full_disk_window(send, middle, out, server.log_path, events, plan.lost)
+        # the last conversations' calls first (turn order kept): the first conversation's calls,
+        # which relocate in the CI trace, keep their events
+        candidates = sorted(middle, key=lambda c: (c.turn, [-ord(ch) for ch in c.conversation]))
+        window = full_disk_window(send, candidates, out, server.log_path, events, plan.lost)
         record.notes["lost_window"] = [c.rid(RUN) for c in window]
         # when each was sent: the exact replay must still see the prompts whose events were lost
         record.notes["window_sent_ts"] = {c.rid(RUN): send.sent_at[c.rid(RUN)] for c in window}

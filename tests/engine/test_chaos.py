@@ -19,7 +19,10 @@ from eval.chaos.__main__ import main
 @pytest.mark.parametrize("policy", ["radix", "exact", "scr"])
 def test_one_server_survives_a_full_disk_and_a_restart(policy, tiny_model_dir, tmp_path):
     out = tmp_path / "chaos"
-    status = main(["--policies", policy, "--setups", "alone", "--conversations", "2", "--turns", "3",
+    # turn 1: c00's call is the full-disk window (its event lost), c01's (a deletion) relocates with
+    # its event kept; turn 2 comes after the restart with the shrunk pool (where scr's relocation
+    # finds no rows to allocate and reads plainly: measured)
+    status = main(["--policies", policy, "--setups", "alone", "--conversations", "2", "--turns", "3", "--lost-writes", "1",
                    "--no-mount", "--model", str(tiny_model_dir), "--out", str(out)])
     result = json.loads((out / "chaos.json").read_text())[f"{policy} alone"]
     verdicts = result["verdicts"]
