@@ -97,23 +97,35 @@ def trace_edited(calls) -> set[str]:
     return edited
 
 
+def replayed_reuse(calls, events, run: str, tree, unrecorded: dict[str, float] | None = None) -> dict[str, int]:
+    """rid -> ``exact_cache.replay``'s reuse for each call of ``events`` (one server's event dicts),
+    served through ``tree`` (a ``ReplayTree``) in the order that server queued them (``queued_ts``)
+    with each event's match cap. ``unrecorded``: rid -> queue time of calls the server read whose
+    events are missing (a full disk): their prompts are in the replay, they get no prediction."""
+    from exact_cache.replay import replay_tree
+
+    by_rid = {call.rid(run): call for call in calls}
+    ghosts = [{"rid": rid, "queued_ts": ts, "ghost": True} for rid, ts in (unrecorded or {}).items() if rid in by_rid]
+    order = sorted([e for e in events if e["rid"] in by_rid] + ghosts, key=lambda e: e["queued_ts"])
+    reuse = replay_tree(tree, [by_rid[e["rid"]].prompt_ids for e in order], [e.get("match_cap") for e in order])
+    return {e["rid"]: r for e, r in zip(order, reuse) if not e.get("ghost")}
+
+
 def exact_agreement(calls, events: dict[str, dict], run: str, piece: int = PIECE, retain: int = RETAIN,
-                    config=None) -> dict:
-    """Calls whose reuse under exact equals ``exact_cache.replay``'s prediction, replaying the
-    prompts in the order the server queued them (events' ``queued_ts``) with each event's cap.
+                    config=None, unrecorded: dict[str, float] | None = None) -> dict:
+    """Calls whose reuse under exact equals ``exact_cache.replay``'s prediction (``replayed_reuse``).
 
     ``config``: the server's resolved ``ExactConfig`` (its start-up record: the cut rule and the
     message-end id the launcher looked up); without it, the grid rule with ``piece`` and ``retain``."""
-    from exact_cache.replay import ReplayTree, replay_tree
+    from exact_cache.replay import ReplayTree
 
     tree = ReplayTree.for_config(config) if config is not None else ReplayTree(piece, retain)
-    by_rid = {call.rid(run): call for call in calls}
-    order = sorted((e for e in events.values() if e["rid"] in by_rid), key=lambda e: e["queued_ts"])
-    predicted = replay_tree(tree, [by_rid[e["rid"]].prompt_ids for e in order], [e.get("match_cap") for e in order])
-    differ = [{"rid": e["rid"], "served": e["prefix_reused"], "predicted": p}
-              for e, p in zip(order, predicted) if e["prefix_reused"] != p]
-    return {"calls": len(order), "equal": len(order) - len(differ), "differ": differ[:20],
-            "share": (len(order) - len(differ)) / len(order) if order else 0.0}
+    predicted = replayed_reuse(calls, events.values(), run, tree, unrecorded)
+    differ = [{"rid": rid, "served": events[rid]["prefix_reused"], "predicted": p}
+              for rid, p in predicted.items() if events[rid]["prefix_reused"] != p]
+    calls_n = len(predicted)
+    return {"calls": calls_n, "equal": calls_n - len(differ), "differ": differ[:20],
+            "share": (calls_n - len(differ)) / calls_n if calls_n else 0.0}
 
 
 def served_exact_config(events_path: Path):

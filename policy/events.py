@@ -189,6 +189,11 @@ def _decode(raw: bytes):
         return None, str(exc)
 
 
+def is_json(line: bytes) -> bool:
+    """Whether ``line`` is a whole JSON value (a writer's tail, a growing file's last line)."""
+    return _decode(line)[1] is None
+
+
 def _cut_message(where: str, line: int, raw: bytes) -> str:
     size = len(raw.rstrip(b"\n"))
     return f"{where}:{line}: a cut line ({size} bytes) skipped"

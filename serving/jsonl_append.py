@@ -47,7 +47,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from policy.events import LOST
+from policy.events import LOST, is_json
 from serving import faults
 
 logger = logging.getLogger(__name__)
@@ -100,14 +100,6 @@ def unended_tail(path: str) -> bytes | None:
         return None
     last = tail[tail.rfind(b"\n") + 1:]
     return last or None
-
-
-def is_json(line: bytes) -> bool:
-    try:
-        json.loads(line)
-    except ValueError:
-        return False
-    return True
 
 
 class JsonlAppender:

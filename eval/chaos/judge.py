@@ -7,7 +7,7 @@ from pathlib import Path
 
 from eval.chaos import checks
 from eval.chaos.checks import Segment, Verdict, segments
-from eval.chaos.run import RUN, Record, fatal
+from eval.chaos.run import RUN, Record, fatal, lost_count
 
 
 def exact_agreements(segs: list[Segment], calls, unrecorded: dict[str, float] | None = None) -> list[dict]:
@@ -15,23 +15,17 @@ def exact_agreements(segs: list[Segment], calls, unrecorded: dict[str, float] | 
     start read, in queue order. ``unrecorded``: rid -> send time of calls answered by the first
     start whose events the full disk took; their prompts are in the replay (the server read and
     kept them) but they have no served count to compare."""
+    from eval.bench_policies import exact_agreement
     from exact_cache.config import ExactConfig
-    from exact_cache.replay import ReplayTree, replay_tree
 
-    by_rid = {call.rid(RUN): call for call in calls}
     result = []
     for seg in segs:
         if not seg.events or seg.startup is None:
             continue
-        ghosts = [{"rid": rid, "queued_ts": ts, "ghost": True} for rid, ts in (unrecorded or {}).items()
-                  if seg.start == 1]
-        order = sorted([e for e in seg.events if e["rid"] in by_rid] + ghosts, key=lambda e: e["queued_ts"])
-        tree = ReplayTree.for_config(ExactConfig(**seg.startup["settings"]))
-        predicted = replay_tree(tree, [by_rid[e["rid"]].prompt_ids for e in order], [e.get("match_cap") for e in order])
-        served = [(e, p) for e, p in zip(order, predicted) if not e.get("ghost")]
-        differ = [{"rid": e["rid"], "served": e["prefix_reused"], "predicted": p}
-                  for e, p in served if e["prefix_reused"] != p]
-        result.append({"file": seg.file, "start": seg.start, "calls": len(served), "differ": differ[:20]})
+        agreement = exact_agreement(calls, {e["rid"]: e for e in seg.events}, RUN,
+                                    config=ExactConfig(**seg.startup["settings"]),
+                                    unrecorded=unrecorded if seg.start == 1 else None)
+        result.append({"file": seg.file, "start": seg.start, **agreement})
     return result
 
 
@@ -64,9 +58,7 @@ def evict_retries(logs: list[Path]) -> int:
 
 
 def lost_lines(logs: list[Path]) -> int:
-    from serving.jsonl_append import LOST_LINE
-
-    return sum(len(LOST_LINE.findall(p.read_text(errors="replace"))) for p in logs if p.exists())
+    return sum(lost_count(p) for p in logs)
 
 
 def restarted_files(record: Record, files: list[Path]) -> set[str]:

@@ -38,6 +38,7 @@ from pathlib import Path
 
 from eval.arms import Arm
 from eval.chaos import disk as disks
+from eval.chaos.checks import conversation_of
 from eval.replay.retry import RetryingSend
 from eval.chaos.probes import probe_exact
 from eval.server import FATAL_MARKERS, ServerProcess, wait_for_events_in
@@ -71,8 +72,7 @@ def server_args(policy: str, calls, concurrency: int, pool: int | None = None) -
     from eval.bench_policies import serving_args, trace_sizes
 
     context, tokens = trace_sizes(calls)
-    args = serving_args(Arm(policy, policy), context, pool or tokens, concurrency)
-    return args
+    return serving_args(Arm(policy, policy), context, pool or tokens, concurrency)
 
 
 def shrunk_pool(calls) -> int:
@@ -301,7 +301,7 @@ def pinned(cluster, rids) -> dict[str, str]:
     from eval.cluster.affinity import served_by
 
     where = served_by(wait_for_events_in(cluster.events_paths(), rids, timeout=30))
-    return {rid.split(".")[1]: worker for rid, worker in where.items()}
+    return {conversation_of(rid): worker for rid, worker in where.items()}
 
 
 def where_served(cluster, calls) -> dict[str, str]:
@@ -321,7 +321,7 @@ def kill_when_busy(cluster, victim: int, send: RetryingSend, conversations: set[
     first (calls of a quarter second are easy to miss), the worker is killed between turns."""
     while not done.is_set():
         with send.lock:
-            busy = [(rid, t) for rid, t in send.in_flight.items() if rid.split(".")[1] in conversations]
+            busy = [(rid, t) for rid, t in send.in_flight.items() if conversation_of(rid) in conversations]
         ready = [rid for rid, t in busy if time.monotonic() - t >= settle_s]
         if ready:
             break

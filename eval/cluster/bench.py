@@ -43,17 +43,12 @@ SHARES = ("prefix_reused_share", "moved_share", "read_share")
 
 
 def replayed_reuse(calls, events: Mapping[str, dict], run: str, piece: int, retain: int) -> dict[str, int]:
-    """rid -> ``exact_cache.replay``'s reuse for the calls of ``events`` (one server's), served in
-    the order that server queued them (``queued_ts``) with each event's match cap.
+    """rid -> ``exact_cache.replay``'s reuse for the calls of ``events`` (one server's) under the grid
+    rule (``eval.bench_policies.replayed_reuse``); per call, so the predicted shares can be summed."""
+    from eval.bench_policies import replayed_reuse as replay
+    from exact_cache.replay import ReplayTree
 
-    Per call, not just a count, so the cluster's predicted shares can be summed from it."""
-    from exact_cache.replay import ReplayTree, replay_tree
-
-    by_rid = {call.rid(run): call for call in calls}
-    order = sorted((e for e in events.values() if e["rid"] in by_rid), key=lambda e: e["queued_ts"])
-    reuse = replay_tree(ReplayTree(piece, retain), [by_rid[e["rid"]].prompt_ids for e in order],
-                        [e.get("match_cap") for e in order])
-    return {e["rid"]: r for e, r in zip(order, reuse)}
+    return replay(calls, events.values(), run, ReplayTree(piece, retain))
 
 
 def per_worker_prediction(calls, events: dict[str, list[dict]], where: dict[str, str], run: str,

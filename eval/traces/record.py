@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import IO, Iterable
 
 from eval.traces.format import TraceCall, TraceError, write_trace
-from policy.events import JsonlError, parse_jsonl
+from policy.events import JsonlError, is_json, parse_jsonl
 
 SERVER_FIELDS = ("rid", "cache_salt", "prompt_ids", "completion_ids", "finish_reason")
 
@@ -149,18 +149,10 @@ def settled(data: bytes) -> int:
     while end:
         start = data.rfind(b"\n", 0, end - 1) + 1
         line = data[start:end]
-        if line.strip() and _is_json(line):
+        if line.strip() and is_json(line):
             return end
         end = start
     return 0
-
-
-def _is_json(line: bytes) -> bool:
-    try:
-        json.loads(line)
-    except ValueError:
-        return False
-    return True
 
 
 def join(client: list[ClientCall], server: ServerTrace) -> list[TraceCall]:

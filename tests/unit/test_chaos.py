@@ -196,3 +196,17 @@ def test_segments_cut_a_file_at_its_startup_records(tmp_path):
     found = checks.segments(str(path))
     assert [(s.start, [e["rid"] for e in s.events], s.last) for s in found] == [(1, ["r.a.0"], False),
                                                                                  (2, ["r.a.1"], True)]
+
+
+def test_a_prompt_whose_event_the_disk_took_still_counts_in_the_exact_replay():
+    """The server read and kept the lost call's prompt: the next call's predicted reuse comes from it."""
+    from eval.bench_policies import replayed_reuse
+    from eval.traces.format import TraceCall
+    from exact_cache.replay import ReplayTree
+
+    first = list(range(10, 1010))
+    calls = [TraceCall("a", 0, first, [1]), TraceCall("a", 1, first + [5] * 100, [1])]
+    later = [{"rid": "r.a.1", "queued_ts": 2.0}]
+    tree = lambda: ReplayTree(100, 100_000)  # noqa: E731
+    assert replayed_reuse(calls, later, "r", tree()) == {"r.a.1": 0}
+    assert replayed_reuse(calls, later, "r", tree(), unrecorded={"r.a.0": 1.0}) == {"r.a.1": 900}
