@@ -183,7 +183,9 @@ def regular_expressions(value, context: Context) -> str | None:
         return problem
     for pattern in [value] if isinstance(value, str) else value:
         try:
-            re.compile(pattern)  # SGLang parses it with Python's parser to size the tail it matches
+            # SGLang parses it with Python's parser to size the tail it matches; parsed, not compiled:
+            # re.compile would keep it in the re module's cache (512 entries, unbounded in bytes).
+            re._parser.parse(pattern)
         except Exception as exc:  # noqa: BLE001 - re.error, RecursionError, OverflowError
             return f"{pattern!r:.80} is not a valid regular expression: {exc}"
         problem = context.regex_problem(pattern) if context.regex_problem is not None else None

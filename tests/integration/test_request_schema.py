@@ -193,3 +193,76 @@ def test_install_swaps_the_schedulers_re_only():
     stop_regex.install()  # idempotent
     assert isinstance(schedule_batch.re, stop_regex.LinearSearch)
     assert schedule_batch.re.compile is re.compile and re.search is not schedule_batch.re.search
+
+
+# ------------------------------------------------------------- what a stop regex may cost (issue 33)
+
+# The heavy pattern of issue 33: a 300-code-point class repeated 1,000 times (308 characters). Under
+# RE2's default max_mem (8 MiB) it compiled for ~0.15 s into 417,004 instructions and ~3.3 MB.
+HEAVY = "[" + "".join(chr(0x4E00 + 7 * i) for i in range(300)) + "]{1000}"
+
+
+@pytest.fixture
+def limits_env(monkeypatch):
+    """Set this process's request limits as the launcher would."""
+    from serving.request_limits import LIMITS_ENV, RequestLimits
+
+    def set_limits(**values):
+        limits = RequestLimits(**values)
+        monkeypatch.setenv(LIMITS_ENV, limits.to_json())
+        return limits
+
+    yield set_limits
+    monkeypatch.delenv(LIMITS_ENV, raising=False)
+    stop_regex.cache()  # rebuilt with the defaults for the next test
+
+
+def test_a_pattern_over_max_mem_is_refused_naming_the_flag(limits_env):
+    limits_env()
+    problem = stop_regex.pattern_problem(HEAVY)
+    assert problem is not None and "one pattern may use (--stop-regex-max-mem 256K; RE2: pattern too large" in problem
+    assert HEAVY not in stop_regex.cache()
+    limits_env(stop_regex_max_mem=8 << 20)  # RE2's own default takes it
+    assert stop_regex.pattern_problem(HEAVY) is None and HEAVY in stop_regex.cache()
+
+
+def test_realistic_patterns_compile_within_the_default_max_mem(limits_env):
+    limits_env()
+    for pattern in ("</?(tool_call|function_call)>", "(?i)\\n\\s*(observation|final answer|action input)\\s*:",
+                    "\\n\\n(?:User|Human|Assistant):", "a" * 16_000, "(?:" + "|".join(f"word{i:04d}" for i in range(300)) + ")"):
+        assert stop_regex.pattern_problem(pattern) is None, pattern[:40]
+
+
+def test_the_compiled_patterns_stay_within_their_bytes(limits_env):
+    import re2
+
+    from serving.request_limits import stop_regex_entry_bytes
+
+    limits = limits_env(stop_regex_max_mem=64 << 10, stop_regex_cache_bytes=1 << 20)
+    module_cache = re2._Regexp._make.cache_info().currsize
+    patterns = [f"stop{i}[a-z]+" for i in range(50)]
+    for pattern in patterns:
+        assert stop_regex.LinearSearch.search(pattern, f"xx stop{pattern[4:-6]}abc yy") is not None
+    cache = stop_regex.cache()
+    per_entry = stop_regex_entry_bytes(patterns[0], limits.stop_regex_max_mem)
+    assert len(cache) == limits.stop_regex_cache_bytes // per_entry < 50 and cache.charged <= limits.stop_regex_cache_bytes
+    assert cache.evictions == 50 - len(cache)
+    assert patterns[-1] in cache and patterns[0] not in cache  # least recently used went first
+    assert stop_regex.LinearSearch.search(patterns[0], "stop0abc") is not None  # evicted: compiled again
+    assert re2._Regexp._make.cache_info().currsize == module_cache  # google-re2's own cache is not used
+
+
+def test_surrogates_never_reach_re2():
+    assert stop_regex.pattern_problem("a\ud800") == "'a\\ud800' is not valid Unicode"
+
+
+def test_install_stops_when_re2s_constructor_changed(monkeypatch):
+    import re2
+
+    class Changed:
+        def __init__(self, pattern, options, extra):
+            pass
+
+    monkeypatch.setattr(re2, "_Regexp", Changed)
+    with pytest.raises(RuntimeError, match="google-re2 internals changed"):
+        stop_regex.install()
