@@ -5,7 +5,7 @@ the OpenAI routes: ``OpenAIServingBase.handle_request``).
 
 | target                                             | kind   | checks                              |
 |----------------------------------------------------|--------|-------------------------------------|
-| ``GenerateReqInput.normalize_batch_and_arguments`` | before | ``n``, ``input_embeds``; one rid per prompt for ``n`` > 1 |
+| ``GenerateReqInput.normalize_batch_and_arguments`` | before | ``n``, ``input_embeds``; the request limits (prompts, prompts x ``n``, ``stop_regex`` count and length: ``serving/request_limits.py``); one rid per prompt for ``n`` > 1 |
 | ``TokenizerManager._init_req_state``               | before | the whole normalized request, batch included, before any state exists; forced decoding |
 | ``TokenizerManager._validate_one_request``         | after  | each prompt's final token ids; ``logprob_start_len`` |
 | ``OpenAIServing{Chat,Completion}._validate_request`` | after | ``cache_salt``, ``extra_key`` before SGLang joins them |
@@ -24,6 +24,7 @@ from patches import forced, stop_regex
 from policy import namespace
 from serving import forced as forced_rules
 from serving import request_checks as checks
+from serving import request_limits
 from serving import route_schemas as route_schema_rules
 from serving import schema
 from serving.log_lines import one_line
@@ -128,6 +129,7 @@ def serve_schema(app) -> None:
 
 def before_normalize(obj, *args, **kwargs):
     checks.check_before_normalization(obj)
+    checks.check_request_limits(obj, request_limits.current())
     checks.align_parallel_rids(obj)
 
 
