@@ -85,10 +85,21 @@ def token_position_problem(ids, vocab_size: int) -> str | None:
     """The first entry of ``ids`` that is not an integer token id in [0, vocab_size)."""
     for position, token in enumerate(ids):
         if not is_int(token):
-            return f"position {position} is {token!r}, not an integer token id"
+            return f"position {position} is {shown(token)}, not an integer token id"
         if not 0 <= token < vocab_size:
             return f"token id {token} at position {position} is outside the vocabulary [0, {vocab_size})"
     return None
+
+
+def shown(value) -> str:
+    """A value for an error message: a scalar's repr (at most 80 characters); a list or an object
+    by its kind and size, never its repr (a list nested 900 deep has no repr: RecursionError)."""
+    if isinstance(value, list):
+        return f"a list of {len(value)}"
+    if isinstance(value, Mapping):
+        return f"an object of {len(value)} keys"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def integer(value, context: Context) -> str | None:
