@@ -18,7 +18,9 @@ a client (``eval.soak``'s fuzz) can walk exactly what this server enforces.
 
 from __future__ import annotations
 
+import ast
 import functools
+import inspect
 
 from patches import forced, stop_regex
 from policy import namespace
@@ -44,8 +46,6 @@ _JSON_TYPES = (dict, list, str, int, float)
 @functools.lru_cache(maxsize=1)
 def route_schemas() -> dict:
     """Route -> ``RouteSchema``, built once from SGLang 0.5.16's request types."""
-    import inspect
-
     from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest, CompletionRequest
     from sglang.srt.managers.io_struct import GenerateReqInput, SessionParams
     from sglang.srt.sampling.sampling_params import SamplingParams
@@ -54,7 +54,39 @@ def route_schemas() -> dict:
     parameters = inspect.signature(PreTrainedTokenizerBase.apply_chat_template).parameters.values()
     template_arguments = [p.name for p in parameters if p.name != "self" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
     return route_schema_rules.build_routes(GenerateReqInput, SamplingParams, SessionParams, CompletionRequest,
-                                           ChatCompletionRequest, template_arguments)
+                                           ChatCompletionRequest, [*template_arguments, *template_render_arguments()])
+
+
+# What transformers' renderer passes to the chat template besides the client's kwargs: found in its
+# source (below); these must be among them, or the renderer changed and the list is not trusted.
+RENDER_ARGUMENTS_EXPECTED = frozenset({"messages", "add_generation_prompt"})
+
+
+def template_render_arguments() -> list[str]:
+    """The keyword arguments transformers' ``render_jinja_template`` gives the template itself
+    (``compiled_template.render(messages=chat, tools=..., **kwargs)``): a ``chat_template_kwargs``
+    key among them raised "got multiple values for keyword argument 'messages'" (a 500). Read from
+    the renderer's source, so a renamed or added argument is found; stops the process if the
+    expected ones are missing (transformers changed)."""
+    import textwrap
+
+    from transformers.utils import chat_template_utils
+
+    renderer = chat_template_utils.render_jinja_template
+    tree = ast.parse(textwrap.dedent(inspect.getsource(renderer)))
+    found = {keyword.arg for node in ast.walk(tree) if isinstance(node, ast.Call) and _calls_a_template(node.func)
+             for keyword in node.keywords if keyword.arg is not None}
+    if not RENDER_ARGUMENTS_EXPECTED <= found:
+        raise SystemExit(f"cache-policy overlay: transformers' render_jinja_template no longer passes "
+                         f"{sorted(RENDER_ARGUMENTS_EXPECTED - found)} to the template (transformers changed?)")
+    own = [name for name, p in inspect.signature(renderer).parameters.items() if p.kind is not p.VAR_KEYWORD]
+    return sorted(found | set(own))
+
+
+def _calls_a_template(func) -> bool:
+    """``template.render(...)`` or ``_render_with_assistant_indices(...)``."""
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+    return name == "render" or name.startswith("_render")
 
 
 @functools.lru_cache(maxsize=1)

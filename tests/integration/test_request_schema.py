@@ -266,3 +266,67 @@ def test_install_stops_when_re2s_constructor_changed(monkeypatch):
     monkeypatch.setattr(re2, "_Regexp", Changed)
     with pytest.raises(RuntimeError, match="google-re2 internals changed"):
         stop_regex.install()
+
+
+# ----------------------------------------------------- template arguments, server-side fetches (issue 33)
+
+TEMPLATE_ARGUMENTS = ["messages", "add_generation_prompt", "tools", "documents", "conversation", "tokenize",
+                      "return_dict", "chat_template", "continue_final_message"]
+
+
+@pytest.mark.parametrize("key", TEMPLATE_ARGUMENTS)
+def test_chat_template_kwargs_may_not_carry_the_templates_own_arguments(routes, key):
+    """``messages`` raised "multiple values for keyword argument" inside the template call (a 500)."""
+    found = refusal(routes, CHAT, {**CHAT_BODY, "chat_template_kwargs": {"enable_thinking": True, key: []}})
+    assert found == (f"chat_template_kwargs.{key}: is an argument the server passes to the chat template itself; "
+                     "it cannot be set here")
+
+
+def test_template_kwargs_a_template_reads_are_accepted(routes):
+    body = {**CHAT_BODY, "chat_template_kwargs": {"enable_thinking": False, "reasoning_effort": "low", "x": {"y": 1}}}
+    assert routes[CHAT].check(body) == body
+
+
+def test_the_render_arguments_come_from_transformers_source():
+    assert {"messages", "tools", "documents", "add_generation_prompt"} <= set(validation.template_render_arguments())
+
+
+@pytest.mark.parametrize("field, value", [
+    ("image_data", "http://169.254.169.254/latest/meta-data"), ("image_data", "/etc/passwd"),
+    ("image_data", ["file:///etc/hostname"]), ("video_data", "http://127.0.0.1:1/v.mp4"), ("audio_data", "/tmp/a.wav"),
+    ("image_data", "data:image/png;base64,iVBORw0KGgo="), ("image_data", [["/x.png"]]),
+])
+def test_generate_refuses_what_sglang_would_fetch(routes, field, value):
+    found = refusal(routes, GENERATE, {**GEN, field: value})
+    assert found is not None and found.startswith(f"{field}: not accepted by this server: this server serves text "
+                                                  "only, and SGLang would load it"), found
+
+
+@pytest.mark.parametrize("part, index", [
+    ({"type": "image_url", "image_url": {"url": "http://127.0.0.1:9/x.png"}}, 1),
+    ({"type": "video_url", "video_url": {"url": "file:///etc/passwd"}}, 1),
+    ({"type": "audio_url", "audio_url": {"url": "/dev/zero"}}, 1),
+])
+def test_chat_refuses_parts_sglang_would_fetch(routes, part, index):
+    body = {**CHAT_BODY, "messages": [{"role": "system", "content": "s"},
+                                      {"role": "user", "content": [{"type": "text", "text": "see"}, part]}]}
+    found = refusal(routes, CHAT, body)
+    assert found is not None and found.startswith(f"messages[1].content[{index}]: {part['type']} parts are not "
+                                                  "accepted by this server"), found
+
+
+def test_text_only_requests_and_null_media_pass(routes):
+    assert routes[GENERATE].check({**GEN, "image_data": None, "audio_data": None}) is not None
+    body = {**CHAT_BODY, "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]}
+    assert routes[CHAT].check(body) == body
+
+
+def test_a_client_rebuilds_the_fetch_rules_from_the_served_json(routes):
+    from serving.schema import to_json
+
+    for route_name, body in ((GENERATE, {**GEN, "audio_data": "x"}),
+                             (CHAT, {**CHAT_BODY, "messages": [{"role": "user", "content": [
+                                 {"type": "image_url", "image_url": {"url": "x"}}]}]})):
+        route = routes[route_name]
+        rebuilt = type(route).from_json(route_name, to_json(route.body), route.rules_json())
+        assert refusal({route_name: rebuilt}, route_name, body) == refusal(routes, route_name, body) is not None
