@@ -113,6 +113,9 @@ def main(argv: list[str] | None = None) -> None:
     from patches import validation  # the body schemas, served for clients that fuzz them
 
     validation.serve_schema(app)
+    from patches import request_bodies  # the generating routes read bodies within --max-request-body
+
+    request_bodies.bound_bodies(app)
     _refuse_unsafe_settings(spec, server_args, chosen, cuda)
     write_startup_record(spec.events_path, spec.policy, spec.config, sglang_argv, chosen.name)
     refusal = refusals.open_channel()

@@ -11,6 +11,7 @@ the OpenAI routes: ``OpenAIServingBase.handle_request``).
 | ``OpenAIServing{Chat,Completion}._validate_request`` | after | ``cache_salt``, ``extra_key`` before SGLang joins them |
 | ``fastapi...._validate_value_with_model_field``    | around | the body schema of ``/generate`` and the OpenAI routes (``serving/route_schemas.py``, built from SGLang's own request types) on the raw JSON; validators that crash on non-dict JSON: a 400, not a 500 |
 | ``OpenAIServingBase._compute_extra_key``           | around | the namespace of ``cache_salt`` and ``extra_key``, injective (``policy/namespace.py``) instead of concatenated |
+| ``starlette.requests.Request.json``                | around | a body nested past the JSON parser: a 400 saying so (``patches/request_bodies.py``, which also bounds the generating routes' body size) |
 
 The schema is also served, as JSON, at ``GET /cache_policy/request_schema`` (``serve_schema``), so
 a client (``eval.soak``'s fuzz) can walk exactly what this server enforces.
@@ -22,7 +23,7 @@ import ast
 import functools
 import inspect
 
-from patches import forced, stop_regex
+from patches import forced, request_bodies, stop_regex
 from policy import namespace
 from serving import forced as forced_rules
 from serving import request_checks as checks
@@ -38,7 +39,8 @@ CHAT_VALIDATE = "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat._v
 COMPLETION_VALIDATE = "sglang.srt.entrypoints.openai.serving_completions.OpenAIServingCompletion._validate_request"
 BODY_VALIDATION = "fastapi.dependencies.utils._validate_value_with_model_field"
 EXTRA_KEY = "sglang.srt.entrypoints.openai.serving_base.OpenAIServingBase._compute_extra_key"
-TARGETS = (NORMALIZE, INIT_REQ_STATE, VALIDATE_ONE, CHAT_VALIDATE, COMPLETION_VALIDATE, BODY_VALIDATION, EXTRA_KEY)
+TARGETS = (NORMALIZE, INIT_REQ_STATE, VALIDATE_ONE, CHAT_VALIDATE, COMPLETION_VALIDATE, BODY_VALIDATION, EXTRA_KEY,
+           request_bodies.REQUEST_JSON)
 SCHEMA_PATH = "/cache_policy/request_schema"
 _JSON_TYPES = (dict, list, str, int, float)
 
@@ -207,6 +209,7 @@ def install(register) -> None:
         stop_regex.install()
     except RuntimeError as exc:
         raise SystemExit(f"cache-policy overlay: {exc}") from None
+    request_bodies.install(register)  # a body nested past the parser: a 400 saying so
     register(NORMALIZE, before_normalize, "before")
     register(INIT_REQ_STATE, before_init_req_state, "before")
     register(VALIDATE_ONE, after_validate_one, "after")

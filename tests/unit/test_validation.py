@@ -579,6 +579,7 @@ def test_plugin_registers_validation_for_every_policy(fake_sglang, monkeypatch, 
         (validation.COMPLETION_VALIDATE, "after"),
         (validation.BODY_VALIDATION, "around"),
         (validation.EXTRA_KEY, "around"),
+        (validation.request_bodies.REQUEST_JSON, "around"),
     } <= registered
     assert set(validation.TARGETS) <= set(plugin.installed_targets())
     assert len([t for t, _, _ in fake_sglang.hooks if t in validation.TARGETS]) == len(validation.TARGETS)
