@@ -20,6 +20,7 @@ a client (``eval.soak``'s fuzz) can walk exactly what this server enforces.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
 import inspect
 
@@ -150,13 +151,15 @@ def around_compute_extra_key(original, serving, request, *args, **kwargs):
 
 
 def serve_schema(app) -> None:
-    """``GET /cache_policy/request_schema``: every route's body schema as JSON (``schema.to_json``)."""
+    """``GET /cache_policy/request_schema``: every route's body schema as JSON (``schema.to_json``),
+    the rules beside it, and this server's request limits (``serving/request_limits.py``)."""
 
     async def request_schema():
         routes = route_schemas()
         return {"routes": {path: schema.to_json(route.body) for path, route in routes.items()},
                 "rules": {path: route.rules_json() for path, route in routes.items()},
-                "limits": {"max_depth": schema.MAX_DEPTH, "int_range": list(schema.INT_RANGE)}}
+                "limits": {"max_depth": schema.MAX_DEPTH, "int_range": list(schema.INT_RANGE)},
+                "request_limits": dataclasses.asdict(request_limits.current())}
 
     app.add_api_route(SCHEMA_PATH, request_schema, methods=["GET"])
 
