@@ -76,7 +76,10 @@ def run_bomb(base: str, bomb_tokens: int, trivial: int = 10) -> dict[str, Any]:
     return out
 
 
-def check_bomb(bomb: Mapping[str, Any] | None) -> Check:
+def check_bomb(bomb: Mapping[str, Any] | None, max_ratio: float | None = BOMB_MAX_RATIO) -> Check:
+    """The bomb decoded (a 200) and every trivial request beside it got a 200; their latency beside
+    it over beside a plain decode is judged against ``max_ratio`` (None: reported only, as in the
+    tests, which may not depend on the machine's speed; unpatched, the trivial requests timed out)."""
     if bomb is None:
         return Check.skipped("regex_bomb", "--no-regex-bomb")
     offenders = []
@@ -84,11 +87,12 @@ def check_bomb(bomb: Mapping[str, Any] | None) -> Check:
         offenders.append(f"the bomb request got {bomb['bomb_status']}")
     if bomb["trivial_failed"]:
         offenders.append(f"{bomb['trivial_failed']} trivial requests got no 200")
-    if not bomb["bomb_over_plain"] <= BOMB_MAX_RATIO:
+    if max_ratio is not None and not bomb["bomb_over_plain"] <= max_ratio:
         offenders.append(f"trivial requests beside the bomb took {bomb['bomb_over_plain']}x their time beside "
-                         f"a plain decode (at most {BOMB_MAX_RATIO}x)")
+                         f"a plain decode (at most {max_ratio}x)")
     detail = (f"trivial request median {bomb['alone_median_s']} s alone, {bomb['beside_plain_median_s']} s beside "
-              f"a plain decode, {bomb['beside_bomb_median_s']} s beside the bomb ({bomb['bomb_over_plain']}x)")
+              f"a plain decode, {bomb['beside_bomb_median_s']} s beside the bomb ({bomb['bomb_over_plain']}x"
+              f"{'' if max_ratio is not None else ', not judged'})")
     return Check.of("regex_bomb", offenders, detail)
 
 
