@@ -110,25 +110,39 @@ def _route_of(field):
     return _schema_by_class().get(model)
 
 
-def _refuse(exc: schema.SchemaError):
+def _refuse(problem):
     """A 400 whose message is the problem itself (``"<field>: <problem>"``), as every other check
     answers; raised from inside FastAPI's body validation, SGLang's handler for ``HTTPException``
     writes it (the OpenAI error shape on the OpenAI routes)."""
     from fastapi import HTTPException
 
-    raise HTTPException(status_code=400, detail=one_line(str(exc)))
+    raise HTTPException(status_code=400, detail=one_line(str(problem)))
+
+
+# Route -> (its prompt fields in SGLang's order, the path to n): the request limits read on the raw
+# body, before its schema is walked (``request_limits.body_batch_problem``).
+BATCH_FIELDS = {
+    route_schema_rules.GENERATE: (("text", "input_ids", "input_embeds"), "sampling_params.n"),
+    route_schema_rules.COMPLETIONS: (("prompt",), "n"),
+    route_schema_rules.CHAT: (("messages",), "n"),
+}
 
 
 def around_body_validation(original, *args, **kwargs):
     """FastAPI's validation of a request body against its model. First, on the routes that start
-    a generation, the raw JSON against the route's schema (a 400 naming the field; ``null`` for a
-    defaulted field removed). Then SGLang's models, whose ``mode="before"`` validators assume
+    a generation, the batch size against the request limits (before walking millions of prompts),
+    then the raw JSON against the route's schema (a 400 naming the field; ``null`` for a defaulted
+    field removed). Then SGLang's models, whose ``mode="before"`` validators assume
     dicts (``ChatCompletionRequest.set_json_schema`` calls ``response_format.get``): on other JSON
     they raise ``AttributeError``/``TypeError``, which pydantic does not turn into a validation
     error. Here they become one (a 400)."""
     value = kwargs.get("value")
     route = _route_of(kwargs.get("field"))
     if route is not None and tuple(kwargs.get("loc") or ()) == ("body",) and isinstance(value, _JSON_TYPES):
+        if isinstance(value, dict):
+            problem = request_limits.body_batch_problem(value, *BATCH_FIELDS[route.route], request_limits.current())
+            if problem is not None:
+                _refuse(problem)
         try:
             kwargs["value"] = route.check(value)
         except schema.SchemaError as exc:

@@ -168,14 +168,7 @@ def check_request_limits(obj, limits: request_limits.RequestLimits) -> None:
 
 def _prompt_count(obj) -> int | None:
     """How many prompts a not yet normalized request holds (None: no prompt given)."""
-    text, ids, embeds = obj.text, obj.input_ids, getattr(obj, "input_embeds", None)
-    if text is not None:
-        return 1 if isinstance(text, str) else len(text)
-    if ids is not None:
-        return 1 if not ids or not isinstance(ids[0], list) else len(ids)
-    if embeds is not None:
-        return 1 if embeds and embeds[0] and not isinstance(embeds[0][0], list) else len(embeds)
-    return None
+    return request_limits.prompt_count(obj.text, obj.input_ids, getattr(obj, "input_embeds", None))
 
 
 def align_parallel_rids(obj, new_rid=lambda: uuid.uuid4().hex) -> None:

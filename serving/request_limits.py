@@ -138,16 +138,60 @@ def _parsed(text: str | None) -> RequestLimits:
 # ------------------------------------------------------------------------------------ the checks
 
 
-def batch_problem(prompts: int, n: int, limits: RequestLimits, field: str) -> str | None:
+def prompt_count(text=None, input_ids=None, input_embeds=None) -> int | None:
+    """How many prompts a request holds, by SGLang's rules (``GenerateReqInput._determine_batch_size``:
+    the first of the three given decides; a string or a flat id list is one prompt); None: none given."""
+    if text is not None:
+        return 1 if isinstance(text, str) else len(text) if isinstance(text, list) else None
+    if input_ids is not None:
+        if not isinstance(input_ids, list):
+            return None
+        return 1 if not input_ids or not isinstance(input_ids[0], list) else len(input_ids)
+    if isinstance(input_embeds, list):
+        single = input_embeds and isinstance(input_embeds[0], list) and input_embeds[0] \
+            and not isinstance(input_embeds[0][0], list)
+        return 1 if single else len(input_embeds)
+    return None
+
+
+def batch_problem(prompts: int, n: int, limits: RequestLimits, field: str,
+                  n_field: str = "sampling_params.n") -> str | None:
     """Why ``prompts`` prompts with ``n`` sequences each are too many for one request, or None.
-    ``field`` names the prompt field (``text``, ``input_ids``)."""
+    ``field`` names the prompt field (``text``, ``input_ids``, ``prompt``), ``n_field`` the n."""
     if prompts > limits.max_prompts:
         return (f"{field}: {prompts} prompts in one request, over the limit of {limits.max_prompts} "
                 f"({limits.shown('max_prompts')}); send them in several requests")
     if prompts * n > limits.max_sequences:
-        return (f"sampling_params.n: {prompts} prompts x n = {n} is {prompts * n} sequences in one request, "
+        return (f"{n_field}: {prompts} prompts x n = {n} is {prompts * n} sequences in one request, "
                 f"over the limit of {limits.max_sequences} ({limits.shown('max_sequences')})")
     return None
+
+
+def body_batch_problem(body: Mapping, prompt_fields: tuple[str, ...], n_field: str,
+                       limits: RequestLimits) -> str | None:
+    """``batch_problem`` on a raw JSON body, before its schema is walked (a 32 MiB body holds
+    millions of one-token prompts: walking them would hold the HTTP process for seconds).
+    ``prompt_fields``: the body's prompt fields in SGLang's order (``/generate``: text, input_ids,
+    input_embeds; OpenAI completions: prompt; chat: messages, one prompt); ``n_field``: a dotted path
+    to ``n`` (a list on the way: its first entry, as SGLang reads ``sampling_params``)."""
+    values = {name: body.get(name) for name in prompt_fields}
+    if "messages" in values:  # a chat request is one prompt
+        count = None if values["messages"] is None else 1
+    elif "prompt" in values:  # OpenAI completions: strings are text, anything else token ids
+        prompt = values["prompt"]
+        textual = isinstance(prompt, str) or (isinstance(prompt, list) and prompt and isinstance(prompt[0], str))
+        count = prompt_count(text=prompt) if textual else prompt_count(input_ids=prompt)
+    else:
+        count = prompt_count(values.get("text"), values.get("input_ids"), values.get("input_embeds"))
+    if count is None:
+        return None
+    field = next(name for name in prompt_fields if values.get(name) is not None)
+    n = body
+    for part in n_field.split("."):
+        n = n[0] if isinstance(n, list) and n else n
+        n = n.get(part) if isinstance(n, Mapping) else None
+    n = n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else 1
+    return batch_problem(count, n, limits, field, n_field)
 
 
 def stop_regex_problem(patterns: Iterable[str], limits: RequestLimits, field: str = "sampling_params.stop_regex") -> str | None:

@@ -330,3 +330,32 @@ def test_a_client_rebuilds_the_fetch_rules_from_the_served_json(routes):
         route = routes[route_name]
         rebuilt = type(route).from_json(route_name, to_json(route.body), route.rules_json())
         assert refusal({route_name: rebuilt}, route_name, body) == refusal(routes, route_name, body) is not None
+
+
+def test_batch_size_is_refused_before_the_schema_walks_the_prompts(monkeypatch):
+    """A body of a million one-token prompts: the limit is read off the raw JSON, not after walking it."""
+    import types
+
+    from sglang.srt.entrypoints.openai.protocol import CompletionRequest
+    from sglang.srt.managers.io_struct import GenerateReqInput
+    from fastapi import HTTPException
+
+    from serving.request_limits import LIMITS_ENV
+
+    monkeypatch.delenv(LIMITS_ENV, raising=False)
+    walked = []
+    monkeypatch.setattr(type(validation.route_schemas()[GENERATE]), "check", lambda self, body: walked.append(body))
+
+    def field(model):
+        return types.SimpleNamespace(field_info=types.SimpleNamespace(annotation=model))
+
+    for model, body, expected in (
+            (GenerateReqInput, {"input_ids": [[5]] * 1_000_000}, "input_ids: 1000000 prompts in one request, over "
+                                                                 "the limit of 64 (--max-prompts 64)"),
+            (CompletionRequest, {"model": "m", "prompt": ["a"] * 4, "n": 100}, "n: 4 prompts x n = 100 is 400 "
+                                                                             "sequences")):
+        with pytest.raises(HTTPException) as info:
+            validation.around_body_validation(lambda **kw: None, field=field(model), value=body, values={},
+                                              loc=("body",))
+        assert info.value.status_code == 400 and info.value.detail.startswith(expected)
+    assert walked == []

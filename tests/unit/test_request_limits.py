@@ -216,3 +216,46 @@ def test_byte_lru_put_replaces_and_clear_empties():
     assert len(cache) == 0 and cache.charged == 0
     with pytest.raises(ValueError):
         ByteLRU(-1, cost=len)
+
+
+# ------------------------------------------------------------------- batch size on a raw body
+
+
+@pytest.mark.parametrize("args, count", [
+    ({}, None), ({"text": "a"}, 1), ({"text": ["a", "b"]}, 2), ({"text": []}, 0), ({"text": 5}, None),
+    ({"input_ids": [1, 2, 3]}, 1), ({"input_ids": [[1], [2]]}, 2), ({"input_ids": []}, 1), ({"input_ids": "x"}, None),
+    ({"input_embeds": [[0.1, 0.2]]}, 1), ({"input_embeds": [[[0.1]], [[0.2]]]}, 2), ({"input_embeds": []}, 0),
+    ({"text": "a", "input_ids": [[1], [2]]}, 1),  # the first given decides, as in SGLang
+])
+def test_prompt_count(args, count):
+    assert request_limits.prompt_count(**args) == count
+
+
+GENERATE_FIELDS = (("text", "input_ids", "input_embeds"), "sampling_params.n")
+
+
+@pytest.mark.parametrize("body, fields, expected", [
+    ({"input_ids": [[1]] * 5}, GENERATE_FIELDS, "input_ids: 5 prompts in one request, over the limit of 4"),
+    ({"text": ["a"] * 3, "sampling_params": {"n": 3}}, GENERATE_FIELDS, "sampling_params.n: 3 prompts x n = 3 is 9"),
+    ({"text": ["a"] * 3, "sampling_params": [{"n": 3}, {"n": 3}, {"n": 3}]}, GENERATE_FIELDS,
+     "sampling_params.n: 3 prompts x n = 3"),
+    ({"prompt": ["a"] * 5}, (("prompt",), "n"), "prompt: 5 prompts"),
+    ({"prompt": [[1, 2]] * 5}, (("prompt",), "n"), "prompt: 5 prompts"),
+    ({"prompt": [1, 2, 3], "n": 9}, (("prompt",), "n"), "n: 1 prompts x n = 9 is 9 sequences"),
+    ({"messages": [{"role": "user", "content": "x"}], "n": 9}, (("messages",), "n"), "n: 1 prompts x n = 9"),
+])
+def test_body_batch_over_a_limit(body, fields, expected):
+    assert request_limits.body_batch_problem(body, *fields, SMALL).startswith(expected)
+
+
+@pytest.mark.parametrize("body, fields", [
+    ({}, GENERATE_FIELDS), ({"input_ids": [[1]] * 4, "sampling_params": {"n": 2}}, GENERATE_FIELDS),
+    ({"text": "a", "sampling_params": {"n": "x"}}, GENERATE_FIELDS),  # not an integer: the schema names it later
+    ({"text": ["a"] * 2, "sampling_params": {"n": True}}, GENERATE_FIELDS),
+    ({"text": ["a"] * 2, "sampling_params": "junk"}, GENERATE_FIELDS),
+    ({"text": ["a"] * 2, "sampling_params": []}, GENERATE_FIELDS),
+    ({"prompt": "a", "n": 8}, (("prompt",), "n")), ({"prompt": None}, (("prompt",), "n")),
+    ({"messages": None, "n": 100}, (("messages",), "n")),
+])
+def test_body_batch_within_the_limits_or_left_to_the_schema(body, fields):
+    assert request_limits.body_batch_problem(body, *fields, SMALL) is None
