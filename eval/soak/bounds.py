@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from eval.soak import client
-from eval.soak.checks import FAIL, Check
+from eval.soak.checks import FAIL, Check, latency_offenders, ratio_shown
 from eval.soak.schema_fuzz import SCHEMA_PATH, _message
 from serving.field_rules import MAX_N
 from serving.request_limits import FLAGS, MIB
@@ -155,15 +155,12 @@ def check_bounds(report: Mapping[str, Any] | None, max_ratio: float | None = Non
                  for o in report["each"] if not o["ok"]]
     offenders += [f"beside trivial requests, {o['request']}: got {o['status']} ({o['message'][:120]})"
                   for o in report["beside_failures"]]
-    if report["trivial_failed"]:
-        offenders.append(f"{report['trivial_failed']} trivial requests got no 200")
-    if max_ratio is not None and not report["latency_ratio"] <= max_ratio:
-        offenders.append(f"trivial requests beside over-limit requests took {report['latency_ratio']}x their "
-                         f"usual latency (at most {max_ratio}x)")
+    offenders += latency_offenders(report["trivial_failed"], report["latency_ratio"], max_ratio,
+                                   "beside over-limit requests")
     detail = (f"{sum(o['ok'] for o in report['each'])} of {len(report['each'])} over-limit requests refused naming "
               f"the limit, {report['beside_refused']} of {report['beside_sent']} beside trivial requests; trivial "
               f"median {report['alone_median_s']} s alone, {report['beside_median_s']} s beside "
-              f"({report['latency_ratio']}x{'' if max_ratio is not None else ', not judged'})")
+              f"({ratio_shown(report['latency_ratio'], max_ratio)})")
     if report["skipped"]:
         detail += "; not probed: " + "; ".join(report["skipped"])
     return Check.of("bounds", offenders, detail)
