@@ -103,6 +103,7 @@ def children(tiny_model_dir, tmp_path_factory):
     started = {
         "policy": Child("policy", radix_with_events, (str(tiny_model_dir),)),
         "stock": Child("stock", None, (str(tiny_model_dir),)),
+        "cuda_text_only": Child("cuda_text_only", None, (str(tiny_model_dir),)),
         "version": Child("version", None),
         "missing_hook": Child("missing_hook", radix),
         "missing_hook_loader": Child("missing_hook_loader", radix),
@@ -140,6 +141,24 @@ def test_entry_point_without_spec_installs_only_cpu_hooks(children):
     result = children["stock"].result()
     assert len(CPU_TARGETS | VALIDATION_TARGETS) == 17
     _check_discovery(result, CPU_TARGETS | VALIDATION_TARGETS, policy="None")
+
+
+def test_on_cuda_the_tiny_model_starts_text_only(children):
+    """On CUDA SGLang 0.5.16 serves a Qwen3.5/3.6 architecture as multimodal and dies building an
+    image processor the tiny checkpoint has no config for (OSError); the overlay's rule, installed on
+    every platform, serves a checkpoint without processor configs text-only, so the tokenizer manager
+    and the scheduler load its tokenizer (patches/text_only.py)."""
+    result = children["cuda_text_only"].result()
+    assert result.returncode == 0, result.stderr[-4000:]
+    summary = result.summary
+    assert summary["cpu"] is False and summary["post_init_hooks"] == 1
+    assert summary["with_overlay"] == {"enable_multimodal": False, "is_multimodal": False, "loads": True,
+                                       "tokenizer_manager": "loaded TokenizersBackend",
+                                       "scheduler": "loaded TokenizersBackend"}
+    alone = summary["sglang_alone"]
+    assert (alone["enable_multimodal"], alone["is_multimodal"], alone["loads"]) == (None, True, False)
+    for step in ("tokenizer_manager", "scheduler"):
+        assert alone[step].startswith("OSError: Can't load image processor"), alone[step]
 
 
 # ---------------------------------------------------------------------- 2. hooks on real objects
