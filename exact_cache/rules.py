@@ -17,7 +17,7 @@ boundaries strictly inside it, never at its end (a longer prompt would not cut t
                forwards end only at multiples of B (the serving chunk, from position 0) and
                at the keep points, each floored to the 64-token grid
 
-The kept rule (``cut=kept``, docs/exact.md §5.11) rests on a kernel property, not on the pieces:
+The kept rule (``cut=kept``, docs/exact.md §5.13) rests on a kernel property, not on the pieces:
 when every layer's result for a row is the same whether the forward that read it started or
 ended at any 64-multiple (the GDN chunk kernel's grid) or ran beside other sequences, a read
 resumed at a 64-multiple is bit-identical to a cold read that never stopped there, whatever
