@@ -4,7 +4,7 @@ grid); a read resumes at any kept 64-multiple. Warm = cold bit for bit, cold = t
 reference, reuse = the brute-force oracle (``kept=True``).
 
 This holds only where the engine's kernels give a row the same bits whatever forward read it (the
-kept rule's premise, docs/exact.md §5.11): a warm read here runs other forwards than the cold read.
+kept rule's premise, docs/exact.md §5.13): a warm read here runs other forwards than the cold read.
 """
 
 from __future__ import annotations
