@@ -6,6 +6,9 @@
 * ``bomb``: the regex-bomb probe (``schema_fuzz.regex_bomb``): trivial requests beside a decode
   whose ``stop_regex`` backtracks catastrophically under Python's ``re``, against the same beside a
   plain decode;
+* ``routes``: the route table's fuzz (``route_fuzz``): every open route answers, junk beside it
+  gets no 5xx, every closed route 404, every admin route 401 (403 without a configured key)
+  without the key, and with the key ``/server_info`` acts;
 * ``namespaces``: the pairs of names that SGLang 0.5.16 mapped to one cache namespace
   (``policy/namespace.py``), sent after a prime: each must reuse nothing, while a positive control
   (the same tenant on another route) must reuse the prime, so the probe can see reuse at all.
@@ -18,7 +21,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from eval.soak import client, schema_fuzz
+from eval.soak import client, route_fuzz, schema_fuzz
 from eval.soak.checks import FAIL, Check
 from policy.namespace import SEP, namespace
 
@@ -63,6 +66,39 @@ def check_fuzz(fuzz: Mapping[str, Any] | None) -> Check:
               f"{summary['accepted_by_schema']} accepted by the schema, {summary['5xx']} 5xx")
     return Check("schema_fuzz", FAIL if offenders else "pass", detail, offenders[:20],
                  max(len(offenders), summary["failures"]))
+
+
+# --------------------------------------------------------------------------------------- routes
+
+
+def run_routes(base: str, admin_key: str | None, model: str = "default") -> dict[str, Any]:
+    """The route phase's report (``route_fuzz``), or ``available: False`` without a table."""
+    try:
+        report = route_fuzz.run(base, admin_key, model, alive=schema_fuzz.alive)
+    except RuntimeError as exc:
+        return {"available": False, "error": str(exc)}
+    return {"available": True, **route_fuzz.report_json(report)}
+
+
+def check_routes(routes: Mapping[str, Any] | None) -> Check:
+    if routes is None:
+        return Check.skipped("routes", "not run")
+    if not routes.get("available"):
+        return Check("routes", FAIL, "the server serves no route table", [str(routes.get("error"))], 1)
+    summary = routes["summary"]
+    offenders = [f"{f['probe']}: {f['why']} ({f['status']})" for f in routes["failures"]]
+    if summary["dead_at"]:
+        offenders.insert(0, f"the server stopped answering after {summary['dead_at']}")
+    if summary["validated_agree"]:
+        offenders.append(summary["validated_agree"])
+    acts = summary["admin_acts"]
+    if acts is not None and not acts["ok"]:
+        offenders.append(f"with the admin key: {acts['why']} ({acts['status']})")
+    by = summary["by_verdict"]
+    detail = (f"{summary['probes']} probes of the table ({summary['counts']}): {by['open']} on open routes, "
+              f"{by['closed']} on closed, {by['admin']} on admin without the key; with the key: "
+              f"{'acts' if acts and acts['ok'] and acts['status'] else (acts or {}).get('why', 'not checked')}")
+    return Check("routes", FAIL if offenders else "pass", detail, offenders[:20], len(offenders))
 
 
 # ----------------------------------------------------------------------------------------- bomb
