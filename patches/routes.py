@@ -19,6 +19,12 @@ things to SGLang's FastAPI app before it serves:
 
 Start-up logs one line with the counts, and one warning per difference between the table and
 what SGLang registered (``route_policy.registered_problems``).
+
+One hook for an open route, registered by ``patches.plugin`` with the others (``install_hooks``):
+
+| target | kind | why |
+|---|---|---|
+| ``TokenizerControlMixin.get_loads`` | before | ``GET /v1/loads?include=`` with a section SGLang does not know raised ``ValueError`` outside the endpoint's ``try`` (a 500 and a traceback, found by the soak's route fuzz); refused first, inside it: SGLang's own 400 |
 """
 
 from __future__ import annotations
@@ -33,6 +39,25 @@ logger = logging.getLogger(__name__)
 # One line at start-up, format fixed (operators grep it).
 INSTALLED_LINE = ("[cache-policy] route table: {validated} validated, {open} open, {admin} admin, {closed} closed "
                   "(method, path) pairs; admin routes {admin_state}")
+
+
+GET_LOADS = "sglang.srt.managers.tokenizer_control_mixin.TokenizerControlMixin.get_loads"
+TARGETS = (GET_LOADS,)
+
+
+def before_get_loads(tokenizer_manager, include=None, *args, **kwargs) -> None:
+    """An unknown ``include`` section is a ``ValueError`` here, where ``/v1/loads`` answers it 400."""
+    from sglang.srt.managers.load_snapshot import LoadSnapshot
+
+    unknown = sorted(set(include or ()) - LoadSnapshot.VALID_SECTIONS)
+    if unknown:
+        raise ValueError(f"include: unknown section(s) {', '.join(map(repr, unknown))}; one of "
+                         f"{', '.join(sorted(LoadSnapshot.VALID_SECTIONS))}")
+
+
+def install_hooks(register) -> None:
+    """The hooks of the open routes (every process; they act where a tokenizer manager runs)."""
+    register(GET_LOADS, before_get_loads, "before")
 
 
 def registered(app) -> list[tuple[str, str, object]]:

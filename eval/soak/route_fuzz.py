@@ -185,11 +185,22 @@ def validated_problem(base: str, table: Mapping[str, Any]) -> str | None:
     return None
 
 
-def run(base: str, admin_key: str | None, model: str = "default", alive: Any = None, alive_every: int = 25,
+def served_model(base: str) -> str:
+    """The first model ``/v1/models`` lists (``default`` when it lists none)."""
+    reply = client.request(base, "/v1/models", timeout=30, method="GET")
+    try:
+        return str(reply.body["data"][0]["id"])
+    except (TypeError, KeyError, IndexError):
+        return "default"
+
+
+def run(base: str, admin_key: str | None, model: str | None = None, alive: Any = None, alive_every: int = 25,
         timeout: float = 60.0) -> RouteReport:
-    """Send every probe of the server's table; ``alive(base)`` (a plain request answered) after
-    every ``alive_every`` probes and at the end. Raises RuntimeError without a table."""
+    """Send every probe of the server's table (``model``: the served model's name, asked of the
+    server when None); ``alive(base)`` (a plain request answered) after every ``alive_every``
+    probes and at the end. Raises RuntimeError without a table."""
     table = fetch_table(base)
+    model = model if model is not None else served_model(base)
     report = RouteReport(counts=dict(table.get("counts") or {}))
     report.validated_agree = validated_problem(base, table)
     all_probes = probes(table, admin_key, model)

@@ -71,7 +71,7 @@ def check_fuzz(fuzz: Mapping[str, Any] | None) -> Check:
 # --------------------------------------------------------------------------------------- routes
 
 
-def run_routes(base: str, admin_key: str | None, model: str = "default") -> dict[str, Any]:
+def run_routes(base: str, admin_key: str | None, model: str | None = None) -> dict[str, Any]:
     """The route phase's report (``route_fuzz``), or ``available: False`` without a table."""
     try:
         report = route_fuzz.run(base, admin_key, model, alive=schema_fuzz.alive)

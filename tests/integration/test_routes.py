@@ -255,3 +255,18 @@ def test_sglangs_key_levels_follow_the_table(served):
             both_keys = decide_request_auth(method=method, path=path, authorization_header=AUTH["Authorization"],
                                             api_key="user-key", admin_api_key=KEY, auth_level=level)
             assert both_keys.allowed == (route.verdict == rp.ADMIN) or path.startswith("/health"), path
+
+
+def test_an_unknown_loads_section_is_refused_where_sglang_answers_400():
+    """``/v1/loads?include=<unknown>`` raised inside ``LoadSnapshot.to_dict``, outside the endpoint's
+    ``try``: a 500. The hook (``routes.before_get_loads``, on ``get_loads``, inside the ``try``)
+    raises the ``ValueError`` first; SGLang's handler turns it into its 400."""
+    from sglang.srt.entrypoints import v1_loads
+
+    assert routes.before_get_loads(None, include=["core", "memory"]) is None
+    assert routes.before_get_loads(None) is None and routes.before_get_loads(None, ["all"]) is None
+    with pytest.raises(ValueError, match="^include: unknown section.s. 'x', '\ufffd'; one of all, core, disagg"):
+        routes.before_get_loads(None, include=["core", "x", "\ufffd"])
+    source = inspect.getsource(v1_loads.get_loads)
+    assert "load_results = await tokenizer_manager.get_loads(" in source
+    assert source.index("except ValueError as e:") < source.index("d = load.to_dict(include_set)")
