@@ -158,7 +158,8 @@ def install(app, admin_key: str | None) -> None:
     """Put the table in front of ``app`` (SGLang's, before it serves); see the module docstring."""
     if getattr(app, "middleware_stack", None) is not None:
         raise SystemExit("cache-policy overlay: the route table must be installed before the HTTP app serves")
-    for problem in route_policy.registered_problems(registered_pairs(app)):
+    own = {key for route in route_policy.OWN_ROUTES for key in route.keys()}
+    for problem in route_policy.registered_problems(registered_pairs(app) - own):
         logger.warning("cache-policy route table: %s (closed)", problem)
     align_auth_levels(app)
     serve_table(app, admin_key)

@@ -14,6 +14,7 @@ tokenizer manager). The app is put back as it was after the module.
 from __future__ import annotations
 
 import inspect
+import logging
 import re
 from types import SimpleNamespace
 
@@ -30,6 +31,15 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
 
 def concrete(path: str) -> str:
     return re.sub(r"\{[^}]+\}", "x1", path)
+
+
+class _Lines(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.lines: list[tuple[int, str]] = []
+
+    def emit(self, record):
+        self.lines.append((record.levelno, record.getMessage()))
 
 
 class StandInTokenizerManager:
@@ -71,11 +81,19 @@ def served(sglang_app, registered_before):
     manager = StandInTokenizerManager()
     sglang_app.set_global_state(SimpleNamespace(tokenizer_manager=manager, template_manager=None, scheduler_info={}))
     validation.serve_schema(app)
-    routes.install(app, KEY)
+    said, logger = _Lines(), logging.getLogger(routes.__name__)
+    level = logger.level
+    logger.addHandler(said)
+    logger.setLevel(logging.DEBUG)
+    try:
+        routes.install(app, KEY)
+    finally:
+        logger.removeHandler(said)
+        logger.setLevel(level)
     add_api_key_middleware(app, api_key=None, admin_api_key=KEY)  # as _setup_and_run_http_server does, later
     client = TestClient(app, raise_server_exceptions=False)
     try:
-        yield SimpleNamespace(app=app, client=client, manager=manager)
+        yield SimpleNamespace(app=app, client=client, manager=manager, install_log=said.lines)
     finally:
         app.router.routes[:] = saved_routes
         app.user_middleware[:] = saved_middleware
@@ -137,6 +155,11 @@ def test_the_overlay_adds_its_own_two_routes(served, registered_before):
     now = routes.registered_pairs(served.app)
     assert now - registered_before == {key for route in rp.OWN_ROUTES for key in route.keys()}
     assert rp.registered_problems(now - {key for route in rp.OWN_ROUTES for key in route.keys()}) == []
+
+
+def test_install_logs_the_counts_and_no_difference(served):
+    assert served.install_log == [(logging.INFO, "[cache-policy] route table: 4 validated, 14 open, 61 admin, "
+                                                 "42 closed (method, path) pairs; admin routes need the --admin-api-key")]
 
 
 def test_our_templates_match_what_starlette_matches(registered_before):
