@@ -4,7 +4,9 @@ Our flags (``--help`` lists them) and the settings the policy adds to SGLang's a
 (``serving/launch_args.py``, ``policy.registry``) before SGLang is imported. The resolved policy
 travels to every SGLang process as one JSON env var (``CACHE_POLICY_SPEC``), which the plugin
 (``patches.plugin``) reads in each of them. A bad name, key or value exits with status 2 and a
-message listing what is valid.
+message listing what is valid. Before SGLang serves, its HTTP app gets the route table
+(``patches/routes.py``: closed routes 404, admin routes behind ``--admin-api-key``) and the served
+request schema; settings that would serve requests around them exit with status 2.
 """
 
 from __future__ import annotations

@@ -31,7 +31,8 @@ is ``admin``; client logit processors on the validated routes are ``serving/forc
 
 A request is matched on its method and path (the route's template, ``{name}`` one segment,
 ``{name:path}`` the rest); where two entries match, the stricter verdict holds. A path the table
-names with other methods only gets 405; a path it does not name, 404.
+names with other methods only gets 405 (``OPTIONS``, a browser's CORS preflight, goes on to
+SGLang's CORS middleware there); a path it does not name, 404.
 """
 
 from __future__ import annotations
@@ -326,6 +327,8 @@ def decide(method: str, path: str, admin_key: str | None, authorization: str | N
     shown = path if len(path) <= PATH_CHARS else path[:PATH_CHARS] + "..."
     route, where = found.route, f"{method} {shown}"
     if route is None:
+        if method == "OPTIONS" and found.allowed:
+            return None  # a CORS preflight of a served route: SGLang's CORS middleware answers it
         if found.allowed:
             return Refusal(405, f"{where}: this route is served for {', '.join(found.allowed)} only",
                            found.allowed)

@@ -52,15 +52,27 @@ def run_fuzz(base: str, max_cases: int | None, seed: int, progress=None) -> dict
                          for o in report.failures[:50]]}
 
 
+def _not_walked(name: str, report: Mapping[str, Any] | None, skipped: str, unserved: str) -> Check | None:
+    """The check of a walk that did not run (``skipped``) or found nothing to walk (``unserved``)."""
+    if report is None:
+        return Check.skipped(name, skipped)
+    if not report.get("available"):
+        return Check(name, FAIL, unserved, [str(report.get("error"))], 1)
+    return None
+
+
+def _dead_first(offenders: list[str], summary: Mapping[str, Any]) -> list[str]:
+    dead = [f"the server stopped answering after {summary['dead_at']}"] if summary["dead_at"] else []
+    return dead + offenders
+
+
 def check_fuzz(fuzz: Mapping[str, Any] | None) -> Check:
-    if fuzz is None:
-        return Check.skipped("schema_fuzz", "--fuzz none")
-    if not fuzz.get("available"):
-        return Check("schema_fuzz", FAIL, "the server serves no request schema", [str(fuzz.get("error"))], 1)
+    not_walked = _not_walked("schema_fuzz", fuzz, "--fuzz none", "the server serves no request schema")
+    if not_walked is not None:
+        return not_walked
     summary = fuzz["summary"]
-    offenders = [f"{f['case']}: {f['why']} ({f['status']}: {f['message'][:120]})" for f in fuzz["failures"]]
-    if summary["dead_at"]:
-        offenders.insert(0, f"the server stopped answering after {summary['dead_at']}")
+    offenders = _dead_first([f"{f['case']}: {f['why']} ({f['status']}: {f['message'][:120]})"
+                             for f in fuzz["failures"]], summary)
     detail = (f"{summary['cases']} of {fuzz['cases_in_schema']} cases: {summary['refused_4xx']} of "
               f"{summary['refused_by_schema']} refused with a 4xx naming the field, "
               f"{summary['accepted_by_schema']} accepted by the schema, {summary['5xx']} 5xx")
@@ -81,14 +93,11 @@ def run_routes(base: str, admin_key: str | None, model: str | None = None) -> di
 
 
 def check_routes(routes: Mapping[str, Any] | None) -> Check:
-    if routes is None:
-        return Check.skipped("routes", "not run")
-    if not routes.get("available"):
-        return Check("routes", FAIL, "the server serves no route table", [str(routes.get("error"))], 1)
+    not_walked = _not_walked("routes", routes, "not run", "the server serves no route table")
+    if not_walked is not None:
+        return not_walked
     summary = routes["summary"]
-    offenders = [f"{f['probe']}: {f['why']} ({f['status']})" for f in routes["failures"]]
-    if summary["dead_at"]:
-        offenders.insert(0, f"the server stopped answering after {summary['dead_at']}")
+    offenders = _dead_first([f"{f['probe']}: {f['why']} ({f['status']})" for f in routes["failures"]], summary)
     if summary["validated_agree"]:
         offenders.append(summary["validated_agree"])
     acts = summary["admin_acts"]

@@ -255,6 +255,13 @@ def test_unknown_paths_wrong_methods_and_near_misses(served):
     assert gate_said(reply, 405) and reply.headers["allow"] == "POST, PUT"
 
 
+def test_a_cors_preflight_of_a_served_route_reaches_sglangs_cors_middleware(served):
+    preflight = {"Origin": "http://example.test", "Access-Control-Request-Method": "POST"}
+    reply = served.client.options("/generate", headers=preflight)
+    assert reply.status_code == 200 and reply.headers["access-control-allow-origin"] == "http://example.test"
+    assert gate_said(served.client.options("/vertex_generate", headers=preflight), 404)
+
+
 def test_sglangs_key_levels_follow_the_table(served):
     """SGLang's key middleware (after the gate) resolves each route's level from the endpoint: admin
     routes ask for the admin key, open and validated ones are NORMAL (``/abort_request`` was

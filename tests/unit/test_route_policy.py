@@ -176,6 +176,13 @@ def test_unknown_routes_and_wrong_methods():
     assert rp.decide("GET", "/v1/realtime", None, None).status == 404  # closed: its method is not offered
 
 
+def test_a_cors_preflight_goes_on_where_a_method_is_served():
+    assert rp.decide("OPTIONS", "/generate", None, None) is None
+    assert rp.decide("OPTIONS", "/flush_cache", None, None) is None  # the request itself still needs the key
+    assert rp.decide("OPTIONS", "/vertex_generate", KEY, BEARER).status == 404
+    assert rp.decide("OPTIONS", "/nope", None, None).status == 404
+
+
 def test_a_long_path_is_cut_in_the_message():
     refusal = rp.decide("GET", "/" + "a" * 5000, None, None)
     assert len(refusal.message) < 400 and "GET /" + "a" * (rp.PATH_CHARS - 1) + "...: no such route" in refusal.message
