@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from exact_cache.rules import CutRule
+from exact_cache.rules import GRID, CutRule
 
-GDN_CHUNK = 64  # the GDN chunk kernel's grid: every grid piece boundary sits on it
+GDN_CHUNK = GRID  # the GDN chunk kernel's grid: every grid piece boundary sits on it
 UNRESOLVED = -1  # message_end_id before the launcher looked the token up in the tokenizer
 
 
@@ -18,8 +18,9 @@ class ExactConfig:
     spec_drop: int = 0  # S: 1 when speculative decoding is on (the hit lands one piece early)
     max_snapshots: int = 0  # snapshot budget in Mamba-pool slots; 0 = SGLang's pool sizing
     dump_snapshots: str = ""  # debugging aid: write each snapshot's tensors under this directory
-    cut: Literal["grid", "messages"] = "grid"  # where pieces end: the B grid, or also after message ends
-    message_end: str = "<|im_end|>"  # cut=messages: the token that ends a message (a piece may end after it)
+    # where forwards end: the B grid; also after message ends; or (kept) only at chunk ends and keep points
+    cut: Literal["grid", "messages", "kept"] = "grid"
+    message_end: str = "<|im_end|>"  # cut=messages/kept: the token that ends a message (a piece may end after it)
     message_end_id: int = UNRESOLVED  # its id; the launcher looks it up in the served tokenizer
     min_piece: int = 64  # cut=messages: a message end cuts only a piece of at least this many tokens
     message_keeps: int = 0  # cut=messages: keep states at the deepest N message ends of a read (0: all)
@@ -27,18 +28,18 @@ class ExactConfig:
     def __post_init__(self):
         if self.piece_tokens <= 0 or self.piece_tokens % GDN_CHUNK:
             raise ValueError(f"piece_tokens={self.piece_tokens}: must be a positive multiple of {GDN_CHUNK}")
-        if self.retain_every <= 0 or self.retain_every % self.piece_tokens:
-            raise ValueError(
-                f"retain_every={self.retain_every}: must be a positive multiple of piece_tokens={self.piece_tokens}"
-            )
+        step = GRID if self.cut == "kept" else self.piece_tokens
+        if self.retain_every <= 0 or self.retain_every % step:
+            what = f"{GRID} (cut=kept)" if self.cut == "kept" else f"piece_tokens={self.piece_tokens}"
+            raise ValueError(f"retain_every={self.retain_every}: must be a positive multiple of {what}")
         if self.spec_drop not in (0, 1):
             raise ValueError(f"spec_drop={self.spec_drop}: must be 0 or 1")
         if self.max_snapshots < 0:
             raise ValueError(f"max_snapshots={self.max_snapshots}: must be >= 0 (0 = SGLang's pool sizing)")
         if not 1 <= self.min_piece <= self.piece_tokens:
             raise ValueError(f"min_piece={self.min_piece}: must be in [1, piece_tokens={self.piece_tokens}]")
-        if self.cut not in ("grid", "messages"):
-            raise ValueError(f"cut={self.cut!r}: must be grid or messages")
+        if self.cut not in ("grid", "messages", "kept"):
+            raise ValueError(f"cut={self.cut!r}: must be grid, messages or kept")
         if self.message_keeps < 0:
             raise ValueError(f"message_keeps={self.message_keeps}: must be >= 0 (0 = every message end)")
         if self.message_end_id < UNRESOLVED:
@@ -48,14 +49,19 @@ class ExactConfig:
 
     @property
     def needs_token_lookup(self) -> bool:
-        """cut=messages whose token id is still to be looked up in the tokenizer (the launcher does)."""
-        return self.cut == "messages" and self.message_end_id == UNRESOLVED
+        """cut=messages (or kept with a message_end) whose token id is still to be looked up in the
+        tokenizer (the launcher does)."""
+        wants = self.cut == "messages" or (self.cut == "kept" and bool(self.message_end))
+        return wants and self.message_end_id == UNRESOLVED
 
     def cut_rule(self) -> CutRule:
         """The rule that cuts this config's prompts into pieces."""
         if self.cut == "grid":
             return CutRule(self.piece_tokens)
         if self.needs_token_lookup:
-            raise ValueError(f"cut=messages: the id of {self.message_end!r} was never looked up "
+            raise ValueError(f"cut={self.cut}: the id of {self.message_end!r} was never looked up "
                              "(start the server with python -m patches.launch_server, or set message_end_id)")
+        if self.cut == "kept":
+            end = None if self.message_end_id == UNRESOLVED else self.message_end_id
+            return CutRule(self.piece_tokens, end, kept=True)
         return CutRule(self.piece_tokens, self.message_end_id, self.min_piece)

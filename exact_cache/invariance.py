@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from policy.api import CHECKPOINT_QUANTIZATION
+from policy.formats import quantized_kv_problem
 
 DETERMINISTIC_ATTENTION = ("triton",)  # tiles keys from absolute position 0 (fa3's invariance is unverified)
 
@@ -21,7 +22,6 @@ DETERMINISTIC_ATTENTION = ("triton",)  # tiles keys from absolute position 0 (fa
 # (its batch-invariant ops cover dense bf16/fp16/fp32 matmuls; fp8/int4/nvfp4 GEMMs pick tiles and
 # split-K by batch size, so a cached read would not be bit-identical to a cold one).
 UNQUANTIZED = (None, "", "auto", "none")
-EXACT_KV_DTYPES = ("auto", "bfloat16", "float16", "float32", None)
 
 
 def weight_format_problems(settings: Mapping[str, object]) -> list[str]:
@@ -34,10 +34,9 @@ def weight_format_problems(settings: Mapping[str, object]) -> list[str]:
             problems.append(
                 f"quantized weights ({source} {method}): their matrix kernels are not batch-invariant, so a "
                 "cached read would differ from a cold one; serve a bf16 checkpoint without --quantization")
-    kv = settings.get("kv_cache_dtype")
-    if kv not in EXACT_KV_DTYPES:
-        problems.append(f"--kv-cache-dtype {kv}: quantized KV rows are read by kernels outside SGLang's "
-                        "deterministic set; use --kv-cache-dtype auto")
+    kv = quantized_kv_problem(settings, "quantized KV rows are read by kernels outside SGLang's deterministic set")
+    if kv:
+        problems.append(kv)
     return problems
 
 

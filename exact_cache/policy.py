@@ -7,7 +7,7 @@ from typing import ClassVar
 
 from exact_cache.config import ExactConfig
 from exact_cache.invariance import invariance_problems
-from exact_cache.rules import bound_in, keep_points_in, pieces_in, resume_point, snapshot_dump_name
+from exact_cache.rules import bound_in, keep_points_in, resume_point, snapshot_dump_name
 from policy.api import Arrival, Read, Plan, PolicyDefaults, Release, Snapshot
 
 
@@ -22,7 +22,7 @@ class ExactPolicy(PolicyDefaults):
 
     def plan(self, arrival: Arrival) -> Plan:
         """Resume at the deepest snapshot at or below A that is one of this prompt's cuts, then read
-        piece by piece, snapshotting after each piece that ends at a keep point."""
+        forward by forward (``CutRule.forwards``), snapshotting after each that ends at a keep point."""
         cfg = self.config
         rule = self.rule or cfg.cut_rule()  # raises while the message token is unresolved
         tokens = arrival.tokens
@@ -33,7 +33,7 @@ class ExactPolicy(PolicyDefaults):
         keep = keep_points_in(cut_list, prompt_len, resume, bound, cfg.retain_every, cfg.spec_drop,
                               rule.message_ends(tokens, cut_list), cfg.message_keeps)
         steps: list = []
-        for start, end in pieces_in(cut_list, resume, prompt_len):
+        for start, end in rule.forwards(cut_list, resume, prompt_len, keep):
             steps.append(Read(start, end))
             if end in keep:
                 steps.append(Snapshot(end, keep[end].value))

@@ -23,8 +23,8 @@ class ReplayTree:
     """Cached texts and snapshots as plain token tuples (small inputs: tests and traces)."""
 
     def __init__(self, piece: int, retain_every: int, spec_drop: int = 0, *, message_end: int | None = None,
-                 min_piece: int = 1, message_keeps: int = 0, max_snapshots: int = 0):
-        self.rule = CutRule(piece, message_end, min_piece)
+                 min_piece: int = 1, message_keeps: int = 0, max_snapshots: int = 0, kept: bool = False):
+        self.rule = CutRule(piece, message_end, min_piece, kept)
         self.piece, self.retain_every, self.spec_drop = piece, retain_every, spec_drop
         self.message_keeps = message_keeps
         self.texts: list[tuple[int, ...]] = []  # KV held: each a prefix of a served prompt's tree keys
@@ -43,7 +43,7 @@ class ReplayTree:
         the LRU budget is a model for estimates, not SGLang's pool, so predictions never use it."""
         rule = config.cut_rule()
         return cls(config.piece_tokens, config.retain_every, config.spec_drop, message_end=rule.message_end,
-                   min_piece=rule.min_piece, message_keeps=config.message_keeps)
+                   min_piece=rule.min_piece, message_keeps=config.message_keeps, kept=rule.kept)
 
     def serve(self, prompt: Sequence[int], cap: int | None = None) -> tuple[int, dict]:
         """Serve one prompt: returns (c*, keep points) and records what the read leaves behind.
@@ -71,20 +71,19 @@ class ReplayTree:
             self.evicted += 1
         if keep:
             self.texts.append(keys[: max(keep)])
-        bounds = [resume] + [c for c in cut_list if c > resume] + [len(prompt)]
-        self.pieces.append(list(zip(bounds, bounds[1:])))
+        self.pieces.append(self.rule.forwards(cut_list, resume, len(prompt), keep))
         return resume, keep
 
 
 def replay(prompts: Sequence[Sequence[int]], *, piece: int, retain_every: int, spec_drop: int = 0,
            caps: Sequence[int | None] | None = None, message_end: int | None = None, min_piece: int = 1,
-           message_keeps: int = 0) -> list[int]:
+           message_keeps: int = 0, kept: bool = False) -> list[int]:
     """Serve ``prompts`` in order (no eviction) and return the resume point c* of each.
 
     ``caps``: per prompt, the prefix-match cap SGLang applied (events' ``match_cap``; None: none).
     ``message_end`` etc.: the message cut rule (``ExactConfig`` keys of the same names)."""
     tree = ReplayTree(piece, retain_every, spec_drop, message_end=message_end, min_piece=min_piece,
-                      message_keeps=message_keeps)
+                      message_keeps=message_keeps, kept=kept)
     return replay_tree(tree, prompts, caps)
 
 

@@ -13,7 +13,19 @@ boundaries strictly inside it, never at its end (a longer prompt would not cut t
               a cut right after each message end (P[c-1] = <|im_end|>) whose piece since the
               last cut holds at least ``min_piece`` tokens, and B tokens after the last cut
 
-Both rules decide a cut c from ``P[0 : c]`` alone, the tokens before it. So two prompts that share
+    kept      |0   64  128 ... every 64-multiple is a cut (a possible resume point)     |P|
+               forwards end only at multiples of B (the serving chunk, from position 0) and
+               at the keep points, each floored to the 64-token grid
+
+The kept rule (``cut=kept``, docs/exact.md §5.13) rests on a kernel property, not on the pieces:
+when every layer's result for a row is the same whether the forward that read it started or
+ended at any 64-multiple (the GDN chunk kernel's grid) or ran beside other sequences, a read
+resumed at a 64-multiple is bit-identical to a cold read that never stopped there, whatever
+forwards either ran. So the tree's keys are the token ids, and forwards end only where a state is
+kept or where the serving chunk ends. Where the kernels lack the property the rule must not be
+served (the launcher's guard).
+
+The grid and message rules decide a cut c from ``P[0 : c]`` alone, the tokens before it. So two prompts that share
 ``[0, d)`` have the same cuts at every position up to d, including d itself: a cold read and a
 resumed read run the same pieces. The piece around d may still end elsewhere in each prompt, so
 under the message rule the tree's key of a token also names its piece end (``piece_keys``), and
@@ -32,6 +44,9 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from enum import Enum
 from typing import Sequence
+
+
+GRID = 64  # the GDN chunk kernel's grid from position 0: cut=kept puts every boundary on it
 
 
 class KeepKind(str, Enum):
@@ -57,15 +72,20 @@ class CutRule:
     piece: int
     message_end: int | None = None
     min_piece: int = 1
+    kept: bool = False  # cut=kept: any 64-multiple is a cut; forwards end at chunk ends and keep points
 
     def __post_init__(self):
         if self.piece <= 0:
             raise ValueError(f"piece={self.piece}: must be positive")
+        if self.kept and self.piece % GRID:
+            raise ValueError(f"piece={self.piece}: cut=kept needs a multiple of {GRID}")
         if not 1 <= self.min_piece <= self.piece:
             raise ValueError(f"min_piece={self.min_piece}: must be in [1, piece={self.piece}]")
 
     def cuts(self, tokens: Sequence[int]) -> list[int]:
-        """The prompt's cuts, ascending."""
+        """The prompt's cuts, ascending: where a read may resume and a state may be kept."""
+        if self.kept:
+            return cuts(len(tokens), GRID)
         if self.message_end is None:
             return cuts(len(tokens), self.piece)
         return message_cuts(tokens, self.piece, self.message_end, self.min_piece)
@@ -74,15 +94,30 @@ class CutRule:
         """The keys under which the tree stores ``ids`` (a prefix of ``prompt``, or the prompt
         followed by tokens it never caches), or None when the token ids themselves serve (the
         grid rule: every piece the tree holds is a full ``[kB, (k+1)B)``, the same in every prompt)."""
-        if self.message_end is None:
+        if self.message_end is None or self.kept:
             return None
         return piece_keys(ids, self.cuts(prompt), self.piece, len(prompt))
 
     def message_ends(self, tokens: Sequence[int], found: Sequence[int]) -> list[int]:
-        """Those of the cuts ``found`` that follow a message end (none under the grid rule)."""
+        """Those of the cuts ``found`` that follow a message end (none under the grid rule); under
+        the kept rule each message end floored to the 64-token grid."""
         if self.message_end is None:
             return []
+        if self.kept:
+            return kept_message_ends(tokens, self.message_end)
         return [c for c in found if tokens[c - 1] == self.message_end]
+
+    def forwards(self, cut_list: Sequence[int], start: int, prompt_len: int, keep) -> list[tuple[int, int]]:
+        """The forwards that read ``[start, prompt_len)`` given the read's keep points: one per
+        piece (grid, messages), or (kept) ending only at multiples of B and at keep points."""
+        if not self.kept:
+            return pieces_in(cut_list, start, prompt_len)
+        if start % GRID:
+            raise ValueError(f"a read starts on the {GRID}-token grid, not at {start}")
+        ends = {c for c in range(self.piece, prompt_len, self.piece) if c > start}
+        ends |= {k for k in keep if start < k < prompt_len}
+        bounds = [start] + sorted(ends) + [prompt_len]
+        return [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
 
 
 def cuts(prompt_len: int, piece: int) -> list[int]:
@@ -104,6 +139,15 @@ def message_cuts(tokens: Sequence[int], piece: int, message_end: int, min_piece:
             found.append(position)
             last = position
     return found
+
+
+def kept_message_ends(tokens: Sequence[int], message_end: int) -> list[int]:
+    """The kept rule's message keep points: each position p right after a message end
+    (``tokens[p - 1] == message_end``, ``0 < p < len(tokens)``) floored to the 64-token grid,
+    ascending, without 0. The state at the floor is exact for any prompt sharing the tokens before
+    it, so flooring costs only the re-read of at most 63 tokens of the message."""
+    ends = {(p + 1) // GRID * GRID for p, token in enumerate(tokens) if token == message_end and p + 1 < len(tokens)}
+    return sorted(e for e in ends if e > 0)
 
 
 def piece_keys(ids: Sequence[int], cut_list: Sequence[int], piece: int, prompt_len: int) -> list[int]:

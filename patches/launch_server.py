@@ -4,7 +4,9 @@ Our flags (``--help`` lists them) and the settings the policy adds to SGLang's a
 (``serving/launch_args.py``, ``policy.registry``) before SGLang is imported. The resolved policy
 travels to every SGLang process as one JSON env var (``CACHE_POLICY_SPEC``), which the plugin
 (``patches.plugin``) reads in each of them. A bad name, key or value exits with status 2 and a
-message listing what is valid.
+message listing what is valid. Before SGLang serves, its HTTP app gets the route table
+(``patches/routes.py``: closed routes 404, admin routes behind ``--admin-api-key``) and the served
+request schema; settings that would serve requests around them exit with status 2.
 """
 
 from __future__ import annotations
@@ -110,12 +112,14 @@ def main(argv: list[str] | None = None) -> None:
     forced.enable(server_args)
     from sglang.srt.entrypoints.http_server import app
 
-    from patches import validation  # the body schemas, served for clients that fuzz them
+    from patches import routes, validation  # the body schemas, served for clients that fuzz them
 
+    _refuse_route_bypass(server_args)
     validation.serve_schema(app)
     from patches import request_bodies  # the generating routes read bodies within --max-request-body
 
     request_bodies.bound_bodies(app)
+    routes.install(app, server_args.admin_api_key)  # closed 404, admin behind --admin-api-key
     _refuse_unsafe_settings(spec, server_args, chosen, cuda)
     write_startup_record(spec.events_path, spec.policy, spec.config, sglang_argv, chosen.name)
     refusal = refusals.open_channel()
@@ -171,6 +175,18 @@ def _torch_sees_a_gpu() -> bool:
     import torch
 
     return torch.cuda.is_available()
+
+
+def _refuse_route_bypass(server_args) -> None:
+    """Exit with status 2 when requests could reach SGLang around the route table and the request
+    checks (``serving.route_policy.launch_problems``)."""
+    from serving.route_policy import launch_problems
+
+    problems = launch_problems(vars(server_args))
+    if problems:
+        print("python -m patches.launch_server: error: these settings would serve requests unchecked:\n  - "
+              + "\n  - ".join(problems), file=sys.stderr)
+        sys.exit(2)
 
 
 def _refuse_unsafe_settings(spec: registry.PolicySpec, server_args, chosen: profile.ServingProfile,

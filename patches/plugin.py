@@ -1,7 +1,7 @@
 """The ``sglang.srt.plugins`` entry point: runs in every SGLang process before the engine starts.
 
-``install`` refuses an SGLang other than the pinned one, registers the hooks (CPU platform support
-without CUDA, request validation, the hook set for the way the selected policy plans, the
+``install`` refuses an SGLang other than the pinned one, registers the hooks (text-only serving of a
+text-only checkpoint on every platform, CPU platform support without CUDA, request validation, the hook set for the way the selected policy plans, the
 ``--cache-trace`` writer), applies them and verifies that every one is in place. SGLang's plugin
 loader logs and swallows ``Exception``, so failures here raise ``SystemExit``: a selected policy
 whose hook is missing stops the process with a message naming the hook, instead of silently
@@ -64,8 +64,12 @@ def install() -> None:
 
     def register(target: str, hook, kind: str) -> None:
         HookRegistry.register(target, hook, HookType[kind.upper()])
-        registered.append(target)
+        if target not in registered:  # a target may carry several of our hooks (ServerArgs.__post_init__)
+            registered.append(target)
 
+    from patches import text_only  # a checkpoint without processor configs is served text-only, any device
+
+    text_only.install(register)
     from patches.cpu import platform as cpu_platform
 
     use_cpu = not cpu_platform.cuda_available()
@@ -74,6 +78,9 @@ def install() -> None:
     from patches import validation  # request checks before the scheduler, for every policy and none
 
     validation.install(register)
+    from patches import routes  # what the route table's open routes need (the table itself: the launcher)
+
+    routes.install_hooks(register)
     spec = current_spec()
     if spec is not None:
         _install_policy_hooks(register, spec)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Mapping, Sequence
 
 from policy.api import Arrival, Plan, PolicyDefaults, Release
+from policy.formats import quantized_kv_problem
 from scr.execution import relocation_plan
 from scr.intercept import Intercept, intercept
 from scr.knobs import parse_request_knobs
@@ -172,6 +173,10 @@ class ScrPolicy(PolicyDefaults):
             problems.append("--enable-hierarchical-cache: plans would be consumed at enqueue (unsupported, as upstream)")
         if settings.get("speculative_algorithm"):
             problems.append("speculative decoding: relocated prefixes are untested with draft models")
+        kv = quantized_kv_problem(settings, "SCR re-rotates relocated keys in the pool's dtype, so a quantized "
+                                  "key would be rounded back to its format on every move and drift from a cold read")
+        if kv:
+            problems.append(kv)
         strategy = settings.get("mamba_radix_cache_strategy")
         if strategy in ("extra_buffer", "extra_buffer_lazy"):
             # SGLang resolves "auto" to no_buffer here (no overlap, page size 1); only an explicit flag gets here.

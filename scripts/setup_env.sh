@@ -3,7 +3,8 @@
 #
 #   GPU=0 scripts/setup_env.sh    CPU install: CPU torch, sglang==0.5.16 --no-deps,
 #                                 the pinned CPU dependency list, this project (editable).
-#   GPU=1 scripts/setup_env.sh    GPU install: the full sglang==0.5.16 (CUDA torch 2.11.0 etc.).
+#   GPU=1 scripts/setup_env.sh    GPU install: the full sglang==0.5.16 (CUDA torch 2.11.0 etc.); needs the
+#                                 CUDA 13 toolkit for SGLang's JIT kernels. Both modes install requirements/test.txt.
 #   scripts/setup_env.sh          the mode the venv was installed in last (its stamp); CPU if none.
 #
 # The mode is sticky because scripts/test.sh calls this script without GPU: a plain default of
@@ -28,6 +29,28 @@ MIN_DRIVER=580
 die() {
   echo "[setup] error: $*" >&2
   exit 2
+}
+
+# SGLang 0.5.16's torch 2.11.0 is a CUDA 13.0 build: the toolkit that compiles SGLang's JIT kernels must be 13.x.
+TORCH_CUDA_MAJOR=13
+check_cuda_toolkit() { # sets TOOLKIT_HOME, _HOW, _RELEASE and TOOLKIT_PROBLEM ("" when the toolkit is usable)
+  TOOLKIT_HOME="${CUDA_HOME:-${CUDA_PATH:-}}" TOOLKIT_HOW='$CUDA_HOME/$CUDA_PATH' TOOLKIT_RELEASE="" TOOLKIT_PROBLEM=""
+  if [ -z "$TOOLKIT_HOME" ]; then
+    if command -v nvcc >/dev/null 2>&1; then
+      TOOLKIT_HOME="$(dirname "$(dirname "$(command -v nvcc)")")" TOOLKIT_HOW="nvcc on PATH"
+    else
+      TOOLKIT_HOME=/usr/local/cuda TOOLKIT_HOW="the default /usr/local/cuda"
+    fi
+  fi
+  local hint="install NVIDIA's CUDA Toolkit $TORCH_CUDA_MAJOR (for example the cuda-toolkit-$TORCH_CUDA_MAJOR-0 package from NVIDIA's apt repository, or start from an nvidia/cuda:$TORCH_CUDA_MAJOR.0.x-devel image) and export CUDA_HOME=/usr/local/cuda-$TORCH_CUDA_MAJOR.0 (docs/gpu.md, 'Install')"
+  if [ -x "$TOOLKIT_HOME/bin/nvcc" ]; then
+    TOOLKIT_RELEASE="$("$TOOLKIT_HOME/bin/nvcc" --version 2>/dev/null | sed -n 's/.*release \([0-9][0-9]*\.[0-9][0-9]*\).*/\1/p' | head -n 1)"
+  fi
+  if [ -z "$TOOLKIT_RELEASE" ]; then
+    TOOLKIT_PROBLEM="no CUDA toolkit: no working nvcc at $TOOLKIT_HOME/bin/nvcc ($TOOLKIT_HOW); SGLang compiles its JIT kernels with it: $hint"
+  elif [ "${TOOLKIT_RELEASE%%.*}" != "$TORCH_CUDA_MAJOR" ]; then
+    TOOLKIT_PROBLEM="the CUDA toolkit at $TOOLKIT_HOME ($TOOLKIT_HOW) is $TOOLKIT_RELEASE, torch is built with CUDA $TORCH_CUDA_MAJOR.0: SGLang's JIT kernels would not load; $hint"
+  fi
 }
 
 case "${SETUP_ENV_DRY_RUN:-0}" in
@@ -102,6 +125,17 @@ if [ "$MODE" = gpu ]; then
   [ "$DRIVER_MAJOR" -ge "$MIN_DRIVER" ] ||
     die "NVIDIA driver $DRIVER is too old: SGLang 0.5.16's torch 2.11.0 is a CUDA 13 build, which needs driver >= $MIN_DRIVER; upgrade the driver (docs/gpu.md)"
   echo "[setup] NVIDIA driver $DRIVER (>= $MIN_DRIVER: CUDA 13 runs)"
+  # The CUDA toolkit SGLang's JIT kernels compile with on first use (nvcc through tvm-ffi, no
+  # fallback). Looked for as tvm-ffi does (eval/gpu_check/toolkit.py): $CUDA_HOME, $CUDA_PATH, the
+  # nvcc on PATH, /usr/local/cuda. An explicit GPU=1 install stops without it; the sticky mode of
+  # scripts/test.sh (the CPU suite, which compiles nothing) only warns.
+  check_cuda_toolkit
+  if [ -n "$TOOLKIT_PROBLEM" ]; then
+    [ "${GPU:-}" = 1 ] && die "$TOOLKIT_PROBLEM"
+    echo "[setup] warning: $TOOLKIT_PROBLEM (the CPU suite does not need it; a server on the GPU does)" >&2
+  else
+    echo "[setup] CUDA toolkit $TOOLKIT_RELEASE at $TOOLKIT_HOME ($TOOLKIT_HOW)"
+  fi
 fi
 
 if [ "${SETUP_ENV_DRY_RUN:-0}" = 1 ]; then
@@ -137,8 +171,15 @@ if [ "$MODE" = cpu ]; then
   pip_install --no-deps -r "$ROOT/requirements/eval.txt"
 else
   echo "[setup] installing sglang 0.5.16 with its CUDA dependencies"
-  pip_install sglang==0.5.16 pytest
+  pip_install sglang==0.5.16
   pip_install -r "$ROOT/requirements/eval.txt"
+fi
+# One list for both modes, so the GPU install can run the CPU suite (tests/unit/test_install_lists.py).
+echo "[setup] installing what the test suite needs (requirements/test.txt)"
+if [ "$MODE" = cpu ]; then
+  pip_install --no-deps -r "$ROOT/requirements/test.txt"
+else
+  pip_install -r "$ROOT/requirements/test.txt"
 fi
 echo "[setup] installing the overlay's own run-time dependencies"
 pip_install --no-deps -r "$ROOT/requirements/overlay.txt"

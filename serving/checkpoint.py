@@ -63,3 +63,20 @@ def cached_file(repo_id: str, filename: str, revision: str | None = None, cache:
             commit = f.read().strip()
     path = os.path.join(folder, "snapshots", commit, filename)
     return path if os.path.isfile(path) else None
+
+
+# The files transformers' AutoProcessor / AutoImageProcessor / AutoVideoProcessor read; a multimodal
+# checkpoint (the real Qwen3.5/3.6 ones) ships at least ``preprocessor_config.json``.
+PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json", "video_preprocessor_config.json")
+
+
+def is_text_only(model_path: str, revision: str | None = None) -> bool | None:
+    """True when the checkpoint is on this machine and ships no processor config (so an image
+    processor cannot be built from it), False when it ships one, None when it is not at hand."""
+    if config_json(model_path, revision) is None:
+        return None
+    for name in PROCESSOR_FILES:
+        local = os.path.join(model_path, name)
+        if os.path.isfile(local) or cached_file(model_path, name, revision):
+            return False
+    return True

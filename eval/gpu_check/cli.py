@@ -13,7 +13,8 @@ TIME_LIMIT_S = 600.0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    epilog = "steps:\n" + "\n".join(f"  {s.name:<10} {s.budget_s:4.0f} s  {s.what}" for s in STEPS)
+    epilog = "steps:\n" + "\n".join(
+        f"  {s.name:<10} {f'{s.budget_s:4.0f} s' if s.timed else 'untimed'}  {s.what}" for s in STEPS)
     parser = argparse.ArgumentParser(
         prog="scripts/gpu_check.sh", description="The 10-minute end-to-end check on one GPU with the tiny model "
         "(docs/gpu.md, 'The 10-minute check'). Exit status 1 when any step fails.",

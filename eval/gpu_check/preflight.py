@@ -1,7 +1,7 @@
 """Preflight: is this the machine the rest of the check assumes?
 
-The driver (``nvidia-smi``), torch seeing the GPU, the torch and Triton versions, SGLang importing
-at the pinned 0.5.16 (``serving/versions.py``; the overlay patches its internals and refuses any
+The driver (``nvidia-smi``), torch seeing the GPU, the torch and Triton versions, the CUDA toolkit
+SGLang's JIT kernels need (``toolkit.py``), SGLang importing at the pinned 0.5.16 (``serving/versions.py``; the overlay patches its internals and refuses any
 other), all three imported by a fresh interpreter, and the tiny-model builder producing its model
 offline. No GPU or no SGLang blocks the later steps: they would only fail for the same reason,
 slower.
@@ -14,6 +14,7 @@ import json
 import subprocess
 import sys
 
+from eval.gpu_check import toolkit
 from eval.gpu_check.report import Checks
 from serving.versions import PINNED, VersionMismatch, check_pins
 
@@ -98,12 +99,20 @@ def check_probe(checks: Checks, facts: dict, cuda: bool) -> tuple[bool, bool]:
         checks.expect(False, f"sglang imports: {facts.get('sglang_error')}")
     if sglang_ok:
         checks.expect(True, f"sglang {facts['sglang']} imports (pinned {PINNED['sglang']})")
-    for name in ("transformers", "flashinfer-python", "sgl-kernel"):
+    for name in ("transformers", "flashinfer-python", "sglang-kernel"):  # 0.5.16's kernel wheel (not sgl-kernel)
         try:
             checks.note(name, importlib.metadata.version(name))
         except importlib.metadata.PackageNotFoundError:
             checks.note(name, None)
     return device_ok, sglang_ok
+
+
+def cuda_toolkit(checks: Checks, torch_cuda: str | None) -> bool:
+    """The toolkit SGLang's JIT kernels compile with, where they look for it (``toolkit.py``)."""
+    found = toolkit.find(torch_cuda=torch_cuda)
+    checks.note("cuda_toolkit", found)
+    return checks.expect(found["problem"] is None, found["problem"] or
+                         f"CUDA toolkit {found['nvcc_release']} at {found['home']} ({found['how']}) for SGLang's JIT kernels")
 
 
 def builder(checks: Checks, ctx) -> None:
@@ -117,12 +126,16 @@ def run(ctx):
     checks = Checks()
     if ctx.cuda:
         driver(checks)
-    device_ok, sglang_ok = check_probe(checks, probe(), ctx.cuda)
+    facts = probe()
+    device_ok, sglang_ok = check_probe(checks, facts, ctx.cuda)
+    toolkit_ok = cuda_toolkit(checks, facts.get("torch_cuda")) if ctx.cuda else True
     builder(checks, ctx)
     if not device_ok:
         ctx.blocked = "preflight: torch sees no GPU"
     elif not sglang_ok:
         ctx.blocked = "preflight: SGLang does not import at the pinned version"
+    elif not toolkit_ok:
+        ctx.blocked = "preflight: no usable CUDA toolkit, so SGLang cannot build its JIT kernels and no server would start"
     facts = checks.data
     summary = ", ".join(f"{k} {facts[k]}" for k in ("sglang", "torch", "triton") if facts.get(k))
     if ctx.cuda and facts.get("gpu"):

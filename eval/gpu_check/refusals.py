@@ -42,6 +42,8 @@ CASES = (
          "--enable-deterministic-inference",
          cuda_only="the batch-invariance rules apply to CUDA kernels only (CPU kernels are deterministic)"),
     Case("exact+bf16-state", ("--cache-policy", "exact", "--mamba-ssm-dtype", "bfloat16"), "must stay fp32"),
+    Case("scr+fp8-kv", ("--cache-policy", "scr", "--kv-cache-dtype", "fp8_e4m3"),
+         "--kv-cache-dtype fp8_e4m3: SCR re-rotates relocated keys"),
 )
 
 

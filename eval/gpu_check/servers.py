@@ -16,6 +16,10 @@ from typing import Iterator
 from eval import http
 from eval.server import ServerProcess
 
+# Servers after the start-up step's warm-up find SGLang's JIT and Triton kernels compiled on disk;
+# the tiny model then starts within a minute on one GPU. The warm-up's first start gets its own
+# (startup.FIRST_START_TIMEOUT_S).
+STARTUP_TIMEOUT_S = 240.0
 STATE_SLOTS = 32  # recurrent-state slots (SGLang's Mamba pool), as the engine tests
 # SGLang's own idle leak check, strict: a KV slot or state slot not returned stops the scheduler.
 STRICT_ENV = {"SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE": "1"}
@@ -24,19 +28,21 @@ GRAPH_FLAG = re.compile(r"Decode batch.*?(?:cuda|cpu) graph: (True|False)")
 
 
 def device_args(cuda: bool) -> list[str]:
-    """bf16 on CUDA (the checkpoint's dtype, what a GPU serves); CPU keeps its fp32 default."""
-    return ["--dtype", "bfloat16"] if cuda else []
+    """bf16 on CUDA (the checkpoint's dtype, what a GPU serves), the KV cache spelled ``bf16`` (SGLang's
+    alias, which exact once refused); CPU keeps its fp32 default."""
+    return ["--dtype", "bfloat16", "--kv-cache-dtype", "bf16"] if cuda else []
 
 
 @contextmanager
-def serving(ctx, name: str, args: list[str], total_tokens: int, running: int = 8) -> Iterator[ServerProcess]:
+def serving(ctx, name: str, args: list[str], total_tokens: int, running: int = 8,
+            startup_timeout: float = STARTUP_TIMEOUT_S) -> Iterator[ServerProcess]:
     """A started server (log in ``<out>/logs/<name>.log``), stopped on leaving the block."""
     caps = ["--max-running-requests", str(running), "--max-mamba-cache-size", str(STATE_SLOTS),
             "--max-total-tokens", str(total_tokens)]
     server = ServerProcess(
         model_path=str(ctx.model_dir()), log_path=ctx.log_dir / f"{name}.log",
         extra_args=[*caps, *device_args(ctx.cuda), *args],
-        env=dict(STRICT_ENV), graceful_stop=False,
+        env=dict(STRICT_ENV), graceful_stop=False, startup_timeout=startup_timeout,
     )
     server.start()
     try:
@@ -46,8 +52,8 @@ def serving(ctx, name: str, args: list[str], total_tokens: int, running: int = 8
 
 
 def server_info(server: ServerProcess) -> dict:
-    """SGLang's resolved settings (``/server_info``)."""
-    return http.get_json(server.url + "/server_info", timeout=60)
+    """SGLang's resolved settings (``/server_info``, an admin route: with the server's key)."""
+    return http.get_json(server.url + "/server_info", timeout=60, headers=server.admin_headers())
 
 
 def check_profile(checks, info: dict, name: str, cuda: bool) -> None:

@@ -1,17 +1,20 @@
 """The steps of the check, in the order they run, with their time budgets on one H200.
 
-The budgets add up to the 10 minutes the whole check must fit; each is several times what the
+The budgets add up to the 10 minutes the whole check must fit (the start-up step is untimed: it
+compiles what every later server would otherwise compile inside its timed start); each is several times what the
 step should take on the tiny model (a server start with Triton's first compilations is the
 largest part). A step over its budget is flagged in the table; only the total can fail the check.
 """
 
 from __future__ import annotations
 
-from eval.gpu_check import exact, model, preflight, radix, refusals, rotary_step, scr
+from eval.gpu_check import exact, model, preflight, radix, refusals, rotary_step, scr, startup
 from eval.gpu_check.runner import Step
 
 STEPS = (
     Step("preflight", preflight.run, 30, "driver, torch sees the GPU, Triton, SGLang 0.5.16 imports, the model builder"),
+    Step("startup", startup.run, 0, "SGLang's start-up path of the tiny model as on CUDA (text-only); one untimed "
+         "server that builds the JIT and Triton kernels", timed=False),
     Step("model", model.run, 30, "the tiny model is bf16 and runs in bf16 on the device (vs the fp32 reference)"),
     Step("refusals", refusals.run, 60, "the launcher refuses settings that break a policy's promise (exit 2)"),
     Step("rotary", rotary_step.run, 45, "key re-rotation vs SGLang's rotary kernels at Qwen3.6's geometry, to 131,072"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from eval import http
 from eval.cli_types import Parser, int_at_least, positive_number, run_main
 
 PROG = "python -m eval.soak"
@@ -29,6 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     from eval.soak import format_table, run_soak
 
     parser = Parser(prog=PROG, description="Bounded multi-tenant soak of a loopback server (eval/soak/__init__.py).\n\n"
+                    "The server's admin routes (/flush_cache, /abort_request, /server_info) need its --admin-api-key: "
+                    f"export {http.ADMIN_KEY_ENV}=KEY.\n\n"
                     "Exit status: 0 every check passed, 1 a check failed, 2 a usage error.")
     parser.add_argument("--server", required=True, metavar="URL", help="loopback base URL, e.g. http://127.0.0.1:30000")
     parser.add_argument("--out", type=Path, required=True, metavar="DIR",
@@ -68,6 +71,9 @@ def main(argv: list[str] | None = None) -> int:
                         "their usual latency; 'none': measured and reported, not judged (default: 3)")
     parser.add_argument("--no-namespaces", action="store_true",
                         help="skip the probes of cache_salt / extra_key pairs that must not share a namespace")
+    parser.add_argument("--no-routes", action="store_true",
+                        help="skip the route table's fuzz (every open, closed and admin route of "
+                        "GET /cache_policy/routes asked as its verdict says)")
     parser.add_argument("--idle-seconds", type=float, default=5.0, metavar="S", help="idle wait after /flush_cache")
     args = parser.parse_args(argv)
 
@@ -78,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
                           max_new_tokens=args.max_new_tokens, idle_s=args.idle_seconds,
                           fuzz_cases=args.fuzz_cases, regex_bomb_tokens=args.regex_bomb_tokens,
                           namespaces=not args.no_namespaces, bounds=not args.no_bounds,
-                          max_latency_ratio=args.max_latency_ratio)
+                          max_latency_ratio=args.max_latency_ratio, routes=not args.no_routes)
         print(format_table(report))
         print(f"-> {args.out / 'report.json'}")
         return 0 if report["passed"] else 1

@@ -49,7 +49,8 @@ def soak_policy(model_dir: Path, out: Path, policy: str, **soak) -> dict:
                            extra_args=server_args(policy, events), env=STRICT_ENV).start()
     startup_s = time.monotonic() - started
     try:
-        report = run_soak(server.url, out, events=events, log=server.log_path, policy=policy, **soak)
+        report = run_soak(server.url, out, events=events, log=server.log_path, policy=policy,
+                          admin_key=server.admin_key, **soak)
     finally:
         server.stop()
     report["startup_s"] = round(startup_s, 1)

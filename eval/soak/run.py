@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TextIO
 
-from eval import cli_types
+from eval import cli_types, http
 from eval.soak import bounds, checks, client, malformed, safety
 from eval.soak.conversation import Conversation, ConversationConfig, random_ids
 
@@ -67,6 +67,10 @@ class SoakConfig:
     # depend on the machine's speed).
     max_latency_ratio: float | None = 3.0
     namespaces: bool = True  # the namespace-collision probes
+    routes: bool = True  # the route table's fuzz (route_fuzz.py)
+    # the server's --admin-api-key (/flush_cache, /abort_request, the route fuzz's admin probe);
+    # None: $CACHE_POLICY_ADMIN_KEY. Never written to the report.
+    admin_key: str | None = None
     idle_s: float = 5.0
     progress_s: float = 10.0
     request_timeout: float = 300.0
@@ -257,7 +261,8 @@ class Soak:
             reply=client.request(self.base, "/generate", payload, self.cfg.request_timeout)), daemon=True)
         thread.start()
         time.sleep(rng.uniform(0.02, 0.4))
-        aborted = client.request(self.base, "/abort_request", {"rid": rid}, timeout=30)
+        aborted = client.request(self.base, "/abort_request", {"rid": rid}, timeout=30,
+                                 headers=http.admin_headers(self.cfg.admin_key))
         thread.join(self.cfg.request_timeout + 5)
         reply = holder.get("reply") or client.Reply(None, None, "no reply")
         return self.add({**base, **read_generate(reply), "abort_status": aborted.status})
@@ -469,7 +474,7 @@ class Soak:
         self.final_probes()
         pairs = self.exact_sample() if policy == "exact" and self.cfg.exact_sample > 0 else None
         client.wait_idle(self.base)
-        flush_tries = client.flush_cache(self.base)
+        flush_tries = client.flush_cache(self.base, admin_key=self.cfg.admin_key)
         time.sleep(self.cfg.idle_s)
         idle_lines = self.log_lines()
         alive = self.send_generate(f"{self.run}.alive.1", random_ids(random.Random(self.cfg.seed), 64),
@@ -485,6 +490,9 @@ class Soak:
         cfg = self.cfg
         if cfg.malformed != "all":
             return
+        if cfg.routes:
+            self.say(f"soak {self.run}: route table fuzz")
+            self.safety["routes"] = safety.run_routes(self.base, cfg.admin_key, self.model)
         if cfg.fuzz_cases != 0:
             self.say(f"soak {self.run}: schema fuzz")
             self.safety["fuzz"] = safety.run_fuzz(self.base, cfg.fuzz_cases, cfg.seed, progress=self.say)
@@ -501,8 +509,11 @@ class Soak:
     def safety_checks(self, events) -> list[checks.Check]:
         if self.cfg.malformed != "all":
             why = f"--malformed {self.cfg.malformed}: the server may be stock SGLang"
-            return [checks.Check.skipped(name, why) for name in ("schema_fuzz", "regex_bomb", "namespaces", "bounds")]
-        return [safety.check_fuzz(self.safety.get("fuzz")),
+            return [checks.Check.skipped(name, why)
+                    for name in ("routes", "schema_fuzz", "regex_bomb", "namespaces", "bounds")]
+        return [safety.check_routes(self.safety.get("routes")) if self.cfg.routes
+                else checks.Check.skipped("routes", "routes off"),
+                safety.check_fuzz(self.safety.get("fuzz")),
                 safety.check_bomb(self.safety.get("bomb"), self.cfg.max_latency_ratio),
                 bounds.check_bounds(self.safety.get("bounds"), self.cfg.max_latency_ratio) if self.cfg.bounds
                 else checks.Check.skipped("bounds", "--no-bounds"),
@@ -577,7 +588,7 @@ class Soak:
                        "exact_sample": cfg.exact_sample, "max_new_tokens": cfg.max_new_tokens,
                        "fuzz_cases": cfg.fuzz_cases, "regex_bomb_tokens": cfg.regex_bomb_tokens,
                        "bounds": cfg.bounds, "max_latency_ratio": cfg.max_latency_ratio,
-                       "namespaces": cfg.namespaces,
+                       "namespaces": cfg.namespaces, "routes": cfg.routes,
                        "events": str(cfg.events) if cfg.events else None, "log": str(cfg.log) if cfg.log else None,
                        "context_len": self.context_len},
             "load_s": round(self.load_ended - self.load_started, 2),

@@ -62,16 +62,24 @@ def run_expecting_exit(action) -> None:
 
 
 def expected_targets() -> list[str]:
-    from patches import plugin, validation
+    from patches import plugin, routes, validation
     from patches.cpu import attention as cpu_attention
     from patches.cpu import platform as cpu_platform
 
     targets = [t for t, _ in cpu_platform.KERNEL_REPLACEMENTS] + [cpu_platform.SERVER_ARGS_POST_INIT, cpu_attention.TARGET]
-    targets += list(validation.TARGETS)
+    targets += list(validation.TARGETS) + list(routes.TARGETS)
     if os.environ.get("CACHE_POLICY_SPEC"):
         targets += [plugin.REQ_MATCHED, plugin.RELEASE_KV, plugin.SCHEDULER_IDLE, plugin.SCHEDULER_INIT,
                     plugin.ABORT]
     return targets
+
+
+def _wraps(function, original) -> bool:
+    """Whether ``original`` is down ``function``'s wrapper chain (SGLang wraps once per hook on a
+    target, so two of our hooks on one target make two wrappers)."""
+    while function is not original and getattr(function, "__wrapped__", None) is not None:
+        function = function.__wrapped__
+    return function is original
 
 
 def load_through_sglang() -> dict:
@@ -93,7 +101,7 @@ def load_through_sglang() -> dict:
         now = plugin._resolve(target)
         per_target[target] = {
             "replaced": now is not originals[target],
-            "wraps_original": getattr(now, "__wrapped__", None) is originals[target],
+            "wraps_original": now is not originals[target] and _wraps(now, originals[target]),
             "sources": sorted({(src.plugin_name, src.dist_name) for _, _, src in HookRegistry._hooks[target]}),
         }
     return {
@@ -337,6 +345,27 @@ def scenario_stock(model_dir: str) -> None:
     emit(summary)
 
 
+def scenario_cuda_text_only(model_dir: str) -> None:
+    """The plugin as it installs on a CUDA box (``cuda_available`` answers True, so no CPU platform
+    hooks), then SGLang's start-up path of the tiny model from a CUDA server's default settings
+    after the ``ServerArgs.__post_init__`` BEFORE hooks the plugin registered; beside it the same
+    path with no hook, which is what SGLang alone does on CUDA."""
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    from patches import plugin, text_only
+    from patches.cpu import platform as cpu_platform
+
+    cpu_platform.cuda_available = lambda: True
+    plugin.install()
+    hooked = text_only.default_server_args(model_dir)
+    before = [hook for kind, hook, _ in HookRegistry._hooks[text_only.SERVER_ARGS_POST_INIT] if kind is HookType.BEFORE]
+    for hook in before:
+        hook(hooked)
+    emit({"cpu": plugin._state["cpu"], "post_init_hooks": len(before),
+          "with_overlay": text_only.load_as_sglang_does(hooked),
+          "sglang_alone": text_only.load_as_sglang_does(text_only.default_server_args(model_dir))})
+
+
 def scenario_version() -> None:
     from patches import plugin
     from serving import versions
@@ -371,6 +400,7 @@ def scenario_bad_spec() -> None:
 SCENARIOS = {
     "policy": scenario_policy,
     "stock": scenario_stock,
+    "cuda_text_only": scenario_cuda_text_only,
     "version": scenario_version,
     "missing_hook": scenario_missing_hook,
     "missing_hook_loader": scenario_missing_hook_loader,

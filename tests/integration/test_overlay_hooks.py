@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from patches import plugin, validation
+from patches import plugin, routes, validation
 from patches.cpu import attention as cpu_attention
 from patches.cpu import platform as cpu_platform
 from policy.registry import SPEC_ENV, PolicySpec
@@ -37,7 +37,8 @@ CPU_TARGETS = {target for target, _ in cpu_platform.KERNEL_REPLACEMENTS} | {
     cpu_platform.SERVER_ARGS_POST_INIT,
     cpu_attention.TARGET,
 }
-VALIDATION_TARGETS = set(validation.TARGETS)  # request checks: installed with or without a policy
+# request checks and the open routes' hook: installed with or without a policy
+VALIDATION_TARGETS = set(validation.TARGETS) | set(routes.TARGETS)
 OUR_SOURCE = [["cache_policy", "hybrid-cache-policies"]]  # (entry point name, distribution)
 INSTALLED_RE = re.compile(
     r"^\[cache-policy\] overlay installed pid=(\d+) cpu_platform=(True|False) policy=(\S+) hooks=(\d+)$"
@@ -103,6 +104,7 @@ def children(tiny_model_dir, tmp_path_factory):
     started = {
         "policy": Child("policy", radix_with_events, (str(tiny_model_dir),)),
         "stock": Child("stock", None, (str(tiny_model_dir),)),
+        "cuda_text_only": Child("cuda_text_only", None, (str(tiny_model_dir),)),
         "version": Child("version", None),
         "missing_hook": Child("missing_hook", radix),
         "missing_hook_loader": Child("missing_hook_loader", radix),
@@ -132,14 +134,32 @@ def _check_discovery(result: ChildResult, expected: set[str], policy: str) -> No
 
 def test_entry_point_installs_policy_and_cpu_hooks(children):
     result = children["policy"].result()
-    assert len(POLICY_TARGETS | CPU_TARGETS | VALIDATION_TARGETS) == 23
+    assert len(POLICY_TARGETS | CPU_TARGETS | VALIDATION_TARGETS) == 24
     _check_discovery(result, POLICY_TARGETS | CPU_TARGETS | VALIDATION_TARGETS, policy="radix")
 
 
 def test_entry_point_without_spec_installs_only_cpu_hooks(children):
     result = children["stock"].result()
-    assert len(CPU_TARGETS | VALIDATION_TARGETS) == 18
+    assert len(CPU_TARGETS | VALIDATION_TARGETS) == 19
     _check_discovery(result, CPU_TARGETS | VALIDATION_TARGETS, policy="None")
+
+
+def test_on_cuda_the_tiny_model_starts_text_only(children):
+    """On CUDA SGLang 0.5.16 serves a Qwen3.5/3.6 architecture as multimodal and dies building an
+    image processor the tiny checkpoint has no config for (OSError); the overlay's rule, installed on
+    every platform, serves a checkpoint without processor configs text-only, so the tokenizer manager
+    and the scheduler load its tokenizer (patches/text_only.py)."""
+    result = children["cuda_text_only"].result()
+    assert result.returncode == 0, result.stderr[-4000:]
+    summary = result.summary
+    assert summary["cpu"] is False and summary["post_init_hooks"] == 1
+    assert summary["with_overlay"] == {"enable_multimodal": False, "is_multimodal": False, "loads": True,
+                                       "tokenizer_manager": "loaded TokenizersBackend",
+                                       "scheduler": "loaded TokenizersBackend"}
+    alone = summary["sglang_alone"]
+    assert (alone["enable_multimodal"], alone["is_multimodal"], alone["loads"]) == (None, True, False)
+    for step in ("tokenizer_manager", "scheduler"):
+        assert alone[step].startswith("OSError: Can't load image processor"), alone[step]
 
 
 # ---------------------------------------------------------------------- 2. hooks on real objects

@@ -20,6 +20,10 @@ to agree with:
   before it when ``A > c*`` and ``S = 1``; with the message rule also every cut where a message
   ends just before (the deepest ``message_keeps`` of them when that is set); only those ``> c*``;
   each leaves a snapshot of ``P[0:q]`` and the text ``P[0:q]`` cached.
+* the kept rule (``kept``): every ``d`` with ``0 < d < |P|`` and ``d % 64 == 0`` is a cut, whatever
+  B is (B only ends forwards, which do not change what is reused); positions match on their token
+  alone; a message keep point is, for each position ``p`` with ``P[p-1]`` a message end and
+  ``p < |P|``, the deepest 64-multiple ``d`` with ``0 < d <= p`` (found by trying every d).
 No eviction: the oracle holds everything, so it is an upper bound under a memory budget.
 """
 
@@ -27,8 +31,11 @@ from __future__ import annotations
 
 
 class ExactOracle:
+    GRID = 64
+
     def __init__(self, piece: int, retain_every: int, spec_drop: int = 0, message_end=None, min_piece: int = 1,
-                 message_keeps: int = 0):
+                 message_keeps: int = 0, kept: bool = False):
+        self.kept = kept
         if spec_drop not in (0, 1):
             raise ValueError("spec_drop is 0 or 1")
         self.piece, self.retain_every, self.spec_drop = piece, retain_every, spec_drop
@@ -44,6 +51,8 @@ class ExactOracle:
         return best
 
     def cuts(self, prompt: tuple) -> list[int]:
+        if self.kept:
+            return [d for d in range(1, len(prompt)) if d % self.GRID == 0]
         if self.message_end is None:
             return [d for d in range(1, len(prompt)) if d % self.piece == 0]
         found, last = [], 0
@@ -55,12 +64,25 @@ class ExactOracle:
 
     def labelled(self, prompt: tuple, cuts: list[int]) -> tuple:
         """Each position as (token, end of its piece) under the message rule; the tokens otherwise."""
-        if self.message_end is None:
+        if self.message_end is None or self.kept:
             return prompt
         out = []
         for i, token in enumerate(prompt):
             out.append((token, min([c for c in cuts if c > i], default=len(prompt))))
         return tuple(out)
+
+    def message_keep_points(self, prompt: tuple, cuts: list[int]) -> list[int]:
+        if self.message_end is None:
+            return []
+        if not self.kept:
+            return [c for c in cuts if prompt[c - 1] == self.message_end]
+        found = set()
+        for p in range(1, len(prompt)):
+            if prompt[p - 1] == self.message_end:
+                floors = [d for d in range(1, p + 1) if d % self.GRID == 0]
+                if floors:
+                    found.add(max(floors))
+        return sorted(found)
 
     def serve(self, prompt, cap: int | None = None) -> tuple[int, list[int]]:
         """Serve one prompt: ``(c*, keep points)``, and remember what its read leaves behind."""
@@ -84,7 +106,8 @@ class ExactOracle:
         keep |= {end} | ({before(end)} if S and end else set())
         if bound > resume:
             keep |= {bound} | ({before(bound)} if S else set())
-        messages = [c for c in cuts if self.message_end is not None and prompt[c - 1] == self.message_end and c > resume]
+        messages = self.message_keep_points(prompt, cuts)
+        messages = [c for c in messages if c > resume]
         keep |= set(messages[-self.message_keeps:] if self.message_keeps else messages)
         kept = sorted(d for d in keep if d > resume)
         for depth in kept:
@@ -94,8 +117,8 @@ class ExactOracle:
 
 
 def expected_reuse(prompts, *, piece: int, retain_every: int, spec_drop: int = 0, caps=None, message_end=None,
-                   min_piece: int = 1, message_keeps: int = 0) -> list[int]:
+                   min_piece: int = 1, message_keeps: int = 0, kept: bool = False) -> list[int]:
     """The resume point ``c*`` (= the server's ``cached_tokens``) of each prompt, served in order."""
-    oracle = ExactOracle(piece, retain_every, spec_drop, message_end, min_piece, message_keeps)
+    oracle = ExactOracle(piece, retain_every, spec_drop, message_end, min_piece, message_keeps, kept)
     caps = list(caps) if caps is not None else [None] * len(prompts)
     return [oracle.serve(prompt, cap)[0] for prompt, cap in zip(prompts, caps, strict=True)]

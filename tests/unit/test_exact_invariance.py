@@ -93,7 +93,9 @@ def test_the_policy_refuses_dp_attention_but_not_tensor_parallelism(changes, ref
      ["quantized weights (--quantization awq_marlin)", "quantized weights (the checkpoint's quantization_config awq)"]),
     ({"kv_cache_dtype": "fp8_e4m3"}, ["--kv-cache-dtype fp8_e4m3: quantized KV rows"]),
     ({"kv_cache_dtype": "bfloat16", "quantization": None, "checkpoint_quantization": None}, []),
-], ids=["bf16", "fp8-flag", "fp8-checkpoint", "both", "fp8-kv", "explicit-bf16"])
+    ({"kv_cache_dtype": "bf16"}, []),
+    ({"kv_cache_dtype": "nvfp4"}, ["--kv-cache-dtype nvfp4: quantized KV rows"]),
+], ids=["bf16", "fp8-flag", "fp8-checkpoint", "both", "fp8-kv", "explicit-bf16", "bf16-alias", "fp4-kv"])
 @pytest.mark.parametrize("on_cuda", [True, False], ids=["cuda", "cpu"])
 def test_quantized_formats_are_refused_on_every_device(changes, expected, on_cuda):
     env = {"SGLANG_TRITON_PREFILL_TRUNCATION_ALIGN_SIZE": "64"}

@@ -159,7 +159,7 @@ def test_options():
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--only", "radix,bogus"], "choose from preflight, model,"), (["--only", ","], "choose from preflight, model,"),
+    (["--only", "radix,bogus"], "choose from preflight, startup, model,"), (["--only", ","], "choose from preflight, startup, model,"),
     (["--device", "rocm"], "invalid choice: 'rocm'"), (["--time-limit", "-3"], "'-3': must be > 0")])
 def test_bad_arguments_exit_2(argv, message, capsys):
     with pytest.raises(SystemExit) as exc:
@@ -262,7 +262,7 @@ def test_each_refusal_needle_is_in_the_policys_own_message(case):
     args = dict(zip(case.args[::2], case.args[1::2]))
     policy = registry.PolicySpec.resolve(args["--cache-policy"], [], None).build()
     settings = {**policy.server_settings(), "quantization": args.get("--quantization"),
-                "mamba_ssm_dtype": args.get("--mamba-ssm-dtype"),
+                "mamba_ssm_dtype": args.get("--mamba-ssm-dtype"), "kv_cache_dtype": args.get("--kv-cache-dtype", "auto"),
                 "mamba_radix_cache_strategy": args.get("--mamba-radix-cache-strategy", "no_buffer"),
                 "chunked_prefill_size": 256, "enable_deterministic_inference": args.get("--serving-profile") != "none",
                 "attention_backend": "triton", "linear_attn_prefill_backend": "triton"}
@@ -326,3 +326,75 @@ def test_safetensors_dtypes_reads_the_header(tmp_path):
     path = tmp_path / "m.safetensors"
     path.write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(8))
     assert safetensors_dtypes(path) == {"BF16": 1, "F32": 1}
+
+
+# ----------------------------------------------------------------------------------------------
+# The start-up step is untimed; the CUDA toolkit is found as SGLang's JIT finds it
+
+
+def test_an_untimed_step_has_no_budget_and_is_left_out_of_the_time_limit(tmp_path, monkeypatch):
+    now = [0.0]
+    monkeypatch.setattr(runner.time, "monotonic", lambda: now[0])
+
+    def taking(seconds, name):
+        def run(ctx):
+            now[0] += seconds
+            return StepResult(name, PASS)
+        return run
+
+    ctx = runner.Context(device="cuda", out=tmp_path, time_limit_s=100.0, started=0.0)
+    warm = runner.Step("startup", taking(300.0, "startup"), 0, "", timed=False)
+    timed = runner.Step("radix", taking(30.0, "radix"), 60, "")
+    first, second = runner.run_steps(ctx, [warm, timed], progress=lambda line: None)
+    assert (first.budget_s, first.seconds, second.budget_s, second.seconds) == (None, 300.0, 60, 30.0)
+    assert second.status == PASS  # 330 s of wall time, but only 30 count against the 100 s limit
+    assert ctx.untimed_s == 300.0 and ctx.elapsed() == 30.0
+    assert "untimed start-up 300 s not counted" in runner.time_row(ctx, [first, second]).detail
+    assert steps.STEPS[1].name == "startup" and not steps.STEPS[1].timed
+    assert all(step.timed for step in steps.STEPS if step.name != "startup")
+
+
+@pytest.mark.parametrize("env, on_path, home, how", [
+    ({"CUDA_HOME": "/opt/cuda-13.0", "CUDA_PATH": "/x"}, "/usr/bin/nvcc", "/opt/cuda-13.0", "$CUDA_HOME"),
+    ({"CUDA_PATH": "/opt/cp"}, "/usr/bin/nvcc", "/opt/cp", "$CUDA_PATH"),
+    ({}, "/usr/local/cuda-13.1/bin/nvcc", "/usr/local/cuda-13.1", "nvcc on PATH"),
+    ({}, None, "/usr/local/cuda", "the default /usr/local/cuda"),
+], ids=["cuda-home", "cuda-path", "nvcc-on-path", "default"])
+def test_the_toolkit_is_looked_for_in_tvm_ffis_order(env, on_path, home, how):
+    from eval.gpu_check import toolkit
+
+    assert toolkit.cuda_home(env, which=lambda name: on_path) == (home, how)
+
+
+def test_nvcc_release_and_the_problem_named_with_what_to_install():
+    from eval.gpu_check import toolkit
+
+    assert toolkit.nvcc_release("nvcc: NVIDIA (R) Cuda compiler driver\nCuda compilation tools, release 13.0, V13.0.48") == "13.0"
+    assert toolkit.nvcc_release("bash: nvcc: command not found") is None
+    assert toolkit.problem("/usr/local/cuda", "the default /usr/local/cuda", "13.1", "13.0") is None
+    missing = toolkit.problem("/usr/local/cuda", "the default /usr/local/cuda", None, "13.0")
+    assert missing.startswith("no CUDA toolkit: no working nvcc at /usr/local/cuda/bin/nvcc (the default /usr/local/cuda)")
+    assert "cuda-toolkit-13-0" in missing and "CUDA_HOME=/usr/local/cuda-13.0" in missing
+    other = toolkit.problem("/opt/c", "$CUDA_HOME", "12.4", "13.0")
+    assert other.startswith("the CUDA toolkit at /opt/c ($CUDA_HOME) is 12.4, torch is built with CUDA 13.0")
+
+
+def test_find_runs_the_nvcc_it_finds(tmp_path):
+    from eval.gpu_check import toolkit
+
+    nvcc = tmp_path / "bin" / "nvcc"
+    nvcc.parent.mkdir()
+    nvcc.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 13.0, V13.0.48'\n")
+    nvcc.chmod(0o755)
+    found = toolkit.find({"CUDA_HOME": str(tmp_path)}, torch_cuda="13.0")
+    assert found == {"home": str(tmp_path), "how": "$CUDA_HOME", "nvcc_release": "13.0", "problem": None}
+    assert toolkit.find({"CUDA_HOME": str(tmp_path / "none")}, torch_cuda="13.0")["problem"].startswith("no CUDA toolkit")
+
+
+def test_preflight_names_the_kernel_wheel_0_5_16_ships():
+    import inspect
+
+    from eval.gpu_check import preflight
+
+    source = inspect.getsource(preflight.check_probe)
+    assert '"sglang-kernel"' in source and '"sgl-kernel"' not in source

@@ -693,6 +693,53 @@ def test_parse_exact_messages_with_a_token_the_tokenizer_lacks_exits_2(tmp_path,
     assert "message_end_id: the served tokenizer has no token '<|turn|>'" in capsys.readouterr().err
 
 
+# ---------------------------------------------------------------------- KV-cache format refusals
+
+
+def _resolved_server(policy_name: str, policy_sets: list[str], cuda: bool, kv_cache_dtype: str, model_dir: Path):
+    """What ``prepare_server_args`` would resolve for a server that honours the profile and the
+    policy's own settings, with ``kv_cache_dtype`` as given (``vars()`` of it is what the launcher reads)."""
+    import types
+
+    from serving import profile
+
+    spec = PolicySpec.resolve(policy_name, policy_sets, None)
+    chosen = profile.get("matched")
+    fields = {"model_path": str(model_dir), "revision": None, "chunked_prefill_size": 512, "tp_size": 1,
+              "prefill_max_requests": 1, **chosen.settings(cuda), **spec.build().server_settings(),
+              "kv_cache_dtype": kv_cache_dtype}
+    return spec, chosen, types.SimpleNamespace(**fields)
+
+
+@pytest.mark.parametrize("cuda", [True, False], ids=["cuda", "cpu"])
+@pytest.mark.parametrize("policy_name, sets", [("exact", ["piece_tokens=832"]), ("scr", [])], ids=["exact", "scr"])
+@pytest.mark.parametrize("kv, refused", [("auto", False), ("bf16", False), ("bfloat16", False),
+                                         ("fp8_e4m3", True), ("fp8_e5m2", True), ("mxfp8", True), ("nvfp4", True)])
+def test_the_launcher_refuses_a_quantized_kv_cache_for_both_policies(
+        tmp_path, monkeypatch, capsys, cuda, policy_name, sets, kv, refused, no_kvreuse_env):
+    """exact and scr both compare or move KV rows bit for bit: a quantized KV cache exits 2 naming
+    the flag, and SGLang's two spellings of bfloat16 are accepted (``bf16`` was refused by exact)."""
+    from patches import launch_server
+    from serving import profile
+
+    (tmp_path / "config.json").write_text("{}")
+    spec, chosen, server_args = _resolved_server(policy_name, sets, cuda, kv, tmp_path)
+    monkeypatch.setattr(launch_server, "_torch_sees_a_gpu", lambda: cuda)
+    for key, value in profile.get("matched").environment(cuda).items():
+        monkeypatch.setenv(key, value)
+    if not refused:
+        launch_server._refuse_unsafe_settings(spec, server_args, chosen, cuda)
+        return
+    with pytest.raises(SystemExit) as stopped:
+        launch_server._refuse_unsafe_settings(spec, server_args, chosen, cuda)
+    assert stopped.value.code == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("  - ")]
+    assert lines == [f"  - --kv-cache-dtype {kv}: " + (
+        "quantized KV rows are read by kernels outside SGLang's deterministic set" if policy_name == "exact" else
+        "SCR re-rotates relocated keys in the pool's dtype, so a quantized key would be rounded back to its format "
+        "on every move and drift from a cold read") + "; use --kv-cache-dtype auto (or bf16)"]
+
+
 # ---------------------------------------------------------------------- request limits (issue 33)
 
 

@@ -198,3 +198,31 @@ def test_checkpoint_config_from_the_hub_cache(tmp_path, monkeypatch):
     assert checkpoint.config_json("Org/Other") is None
     assert checkpoint.config_json("Org/Model-FP8", revision="v2") is None
     assert checkpoint.hub_cache({"HF_HOME": "/h"}) == "/h/hub"
+
+
+@pytest.mark.parametrize("files, text_only", [((), True), (("preprocessor_config.json",), False),
+                                              (("processor_config.json",), False),
+                                              (("video_preprocessor_config.json",), False)])
+def test_a_checkpoint_without_processor_configs_is_text_only(tmp_path, files, text_only):
+    from serving import checkpoint
+
+    (tmp_path / "config.json").write_text('{"architectures": ["Qwen3_5ForConditionalGeneration"]}')
+    for name in files:
+        (tmp_path / name).write_text("{}")
+    assert checkpoint.is_text_only(str(tmp_path)) is text_only
+    assert checkpoint.is_text_only(str(tmp_path / "absent")) is None  # not on this machine: no decision
+
+
+def test_the_text_only_rule_leaves_a_users_choice_and_unknown_checkpoints_alone(tmp_path):
+    import types
+
+    from patches import text_only
+
+    (tmp_path / "config.json").write_text("{}")
+    args = types.SimpleNamespace(model_path=str(tmp_path), revision=None, enable_multimodal=None)
+    line = text_only.text_only_default(args)
+    assert args.enable_multimodal is False and line.startswith(f"[cache-policy] text-only checkpoint {tmp_path}: no ")
+    chosen = types.SimpleNamespace(model_path=str(tmp_path), revision=None, enable_multimodal=True)
+    assert text_only.text_only_default(chosen) is None and chosen.enable_multimodal is True
+    hub = types.SimpleNamespace(model_path="Org/NotHere", revision=None, enable_multimodal=None)
+    assert text_only.text_only_default(hub) is None and hub.enable_multimodal is None

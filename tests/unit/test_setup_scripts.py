@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SETUP = ROOT / "scripts" / "setup_env.sh"
 TEST_SH = ROOT / "scripts" / "test.sh"
 BASH = shutil.which("bash")
-TOOLS = ("dirname", "head", "tr", "cat", "sha256sum", "cut")  # what the scripts call besides builtins
+TOOLS = ("dirname", "head", "tr", "cat", "sha256sum", "cut", "sed")  # what the scripts call besides builtins
 SEE_GPU_ENV = "CACHE_POLICY_TESTS_SEE_GPU"
 
 
@@ -64,19 +64,32 @@ echo "{driver}"
     return write_script(bin_dir / "nvidia-smi", body)
 
 
+def fake_nvcc(home: Path, release: str = "13.0") -> Path:
+    """A CUDA toolkit folder whose ``bin/nvcc --version`` says ``release``, as NVIDIA's does."""
+    return write_script(home / "bin" / "nvcc", f"""\
+[ "$1" = --version ] || exit 3
+echo "nvcc: NVIDIA (R) Cuda compiler driver"
+echo "Cuda compilation tools, release {release}, V{release}.48"
+""")
+
+
 @pytest.fixture
 def box(tmp_path):
-    """A bare machine: bin/ with the coreutils the scripts need and nothing else; venv/ is VENV."""
+    """A bare machine: bin/ with the coreutils the scripts need and nothing else; venv/ is VENV;
+    cuda/ a CUDA 13.0 toolkit that ``run_setup`` names in CUDA_HOME unless told otherwise."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for tool in TOOLS:
         (bin_dir / tool).symlink_to(shutil.which(tool))
+    fake_nvcc(tmp_path / "cuda")
     return tmp_path
 
 
-def run_setup(box: Path, dry_run: bool = True, **env: str) -> subprocess.CompletedProcess:
-    full = {"PATH": str(box / "bin"), "HOME": str(box), "VENV": str(box / "venv"),
+def run_setup(box: Path, dry_run: bool = True, **env: str | None) -> subprocess.CompletedProcess:
+    """The set-up on ``box``; an ``env`` value of None leaves that variable out."""
+    full = {"PATH": str(box / "bin"), "HOME": str(box), "VENV": str(box / "venv"), "CUDA_HOME": str(box / "cuda"),
             **({"SETUP_ENV_DRY_RUN": "1"} if dry_run else {}), **env}
+    full = {key: value for key, value in full.items() if value is not None}
     return subprocess.run([BASH, str(SETUP)], env=full, capture_output=True, text=True, timeout=60)
 
 
@@ -226,6 +239,55 @@ def test_cpu_mode_never_asks_the_driver(box):
     python = venv_with(box, "CPython 3.11.9")
     fake_nvidia_smi(box / "bin", fail="must not be called")
     assert dry_line(run_setup(box, GPU="0")) == f"mode=cpu python={python}"
+
+
+# ---------------------------------------------------------------- the CUDA toolkit (SGLang's JIT kernels)
+
+
+def test_a_gpu_install_without_a_cuda_toolkit_stops_and_says_what_to_install(box):
+    venv_with(box, "CPython 3.11.9")
+    fake_nvidia_smi(box / "bin", driver="580.65.06")
+    empty = box / "no-toolkit"  # not /usr/local/cuda: the machine running the test may have one
+    empty.mkdir()
+    result = run_setup(box, GPU="1", CUDA_HOME=str(empty))
+    assert result.returncode == 2
+    assert (f"no CUDA toolkit: no working nvcc at {empty}/bin/nvcc ($CUDA_HOME/$CUDA_PATH); SGLang "
+            "compiles its JIT kernels with it: install NVIDIA's CUDA Toolkit 13") in result.stderr
+    assert "export CUDA_HOME=/usr/local/cuda-13.0" in result.stderr
+
+
+def test_a_toolkit_of_another_major_version_than_torchs_is_refused(box):
+    venv_with(box, "CPython 3.11.9")
+    fake_nvidia_smi(box / "bin", driver="580.65.06")
+    fake_nvcc(box / "cuda12", release="12.4")
+    result = run_setup(box, GPU="1", CUDA_HOME=str(box / "cuda12"))
+    assert result.returncode == 2
+    assert f"the CUDA toolkit at {box / 'cuda12'} ($CUDA_HOME/$CUDA_PATH) is 12.4, torch is built with CUDA 13.0" in result.stderr
+
+
+@pytest.mark.parametrize("where", ["CUDA_HOME", "CUDA_PATH", "nvcc on PATH"])
+def test_the_toolkit_is_found_where_tvm_ffi_looks(box, where):
+    python = venv_with(box, "CPython 3.11.9")
+    fake_nvidia_smi(box / "bin", driver="580.65.06")
+    home = box / "toolkit"
+    fake_nvcc(home, release="13.1")
+    env = {"CUDA_HOME": None}
+    if where == "nvcc on PATH":
+        env["PATH"] = f"{home / 'bin'}:{box / 'bin'}"
+    else:
+        env[where] = str(home)
+    result = run_setup(box, GPU="1", **env)
+    assert dry_line(result) == f"mode=gpu python={python}"
+    assert f"[setup] CUDA toolkit 13.1 at {home} (" in result.stdout
+
+
+def test_the_sticky_gpu_mode_of_the_test_command_only_warns_without_a_toolkit(box):
+    """scripts/test.sh runs the CPU suite, which compiles nothing: a missing toolkit is said, not fatal."""
+    python = venv_with(box, "CPython 3.11.9", stamp="gpu 0123")
+    fake_nvidia_smi(box / "bin", driver="580.65.06")
+    result = run_setup(box, CUDA_HOME=str(box / "venv"))  # a folder without bin/nvcc
+    assert dry_line(result) == f"mode=gpu python={python}"
+    assert "[setup] warning: no CUDA toolkit" in result.stderr and "a server on the GPU does" in result.stderr
 
 
 # ---------------------------------------------------------------- the CPU suite hides GPUs

@@ -503,10 +503,10 @@ def fake(tmp_path):
 
 
 QUICK = ["--requests", "60", "--concurrency", "3", "--idle-seconds", "0.05", "--max-new-tokens", "4",
-         "--fuzz-cases", "0", "--regex-bomb-tokens", "0", "--no-namespaces", "--no-bounds"]
+         "--fuzz-cases", "0", "--regex-bomb-tokens", "0", "--no-namespaces", "--no-routes", "--no-bounds"]
 # The request-safety phases need the patched server's schema and engine (eval/soak/safety.py; their
 # checks are tested below on recorded data, and end to end in tests/engine/test_soak.py).
-SAFETY_OFF = {"fuzz_cases": 0, "regex_bomb_tokens": 0, "namespaces": False, "bounds": False}
+SAFETY_OFF = {"fuzz_cases": 0, "regex_bomb_tokens": 0, "namespaces": False, "routes": False, "bounds": False}
 
 
 def cli(state, url, out, *extra):
@@ -527,7 +527,7 @@ def test_cli_end_to_end_passes(fake, tmp_path, capsys):
     statuses = {name: c["status"] for name, c in report["checks"].items()}
     assert statuses == {"alive": "pass", "log_fatal": "pass", "idle_leak": "pass", "event_identity": "pass",
                         "isolation": "pass", "scr_sessions": "skipped", "exact_equality": "skipped",
-                        "malformed_4xx": "pass", "wellformed_ok": "pass", "schema_fuzz": "skipped",
+                        "malformed_4xx": "pass", "wellformed_ok": "pass", "routes": "skipped", "schema_fuzz": "skipped",
                         "regex_bomb": "skipped", "namespaces": "skipped", "bounds": "skipped"}
     assert "/flush_cache" in state.paths
     rows = [json.loads(line) for line in (tmp_path / "out" / "requests.jsonl").read_text().splitlines()]
