@@ -29,6 +29,8 @@ import re
 from dataclasses import asdict, dataclass, fields
 from typing import Iterable, Mapping
 
+from serving.field_rules import MAX_N
+
 LIMITS_ENV = "CACHE_POLICY_REQUEST_LIMITS"
 
 KIB, MIB = 1 << 10, 1 << 20
@@ -190,7 +192,8 @@ def body_batch_problem(body: Mapping, prompt_fields: tuple[str, ...], n_field: s
     for part in n_field.split("."):
         n = n[0] if isinstance(n, list) and n else n
         n = n.get(part) if isinstance(n, Mapping) else None
-    n = n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else 1
+    # an n outside its own range is the field rules' to name (sampling_params.n: must be in [1, 128])
+    n = n if isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= MAX_N else 1
     return batch_problem(count, n, limits, field, n_field)
 
 

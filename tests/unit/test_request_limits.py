@@ -256,6 +256,8 @@ def test_body_batch_over_a_limit(body, fields, expected):
     ({"text": ["a"] * 2, "sampling_params": []}, GENERATE_FIELDS),
     ({"prompt": "a", "n": 8}, (("prompt",), "n")), ({"prompt": None}, (("prompt",), "n")),
     ({"messages": None, "n": 100}, (("messages",), "n")),
+    ({"messages": [{"role": "user", "content": "x"}], "n": 1000}, (("messages",), "n")),  # n's own rule names it
+    ({"text": "a", "sampling_params": {"n": 129}}, GENERATE_FIELDS),
 ])
 def test_body_batch_within_the_limits_or_left_to_the_schema(body, fields):
     assert request_limits.body_batch_problem(body, *fields, SMALL) is None
