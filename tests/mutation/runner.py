@@ -181,17 +181,21 @@ def make_copy(root: Path, target: Path) -> Path:
     return target
 
 
-def environment() -> dict[str, str]:
+def environment(copy: Path) -> dict[str, str]:
+    """The tests' environment in ``copy``. ``PYTHONPATH`` is the copy: the venv's ``.pth`` file
+    imports ``patches.cpu.preimport`` at interpreter start (scripts/setup_env.sh), before the
+    working folder is on ``sys.path``, and the editable install would resolve ``patches`` (and
+    what it imports) to the checkout, so a mutant of ``patches/`` would never be run."""
     env = dict(os.environ)
-    env.update(PYTHONDONTWRITEBYTECODE="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    env.pop("PYTHONPATH", None)
+    env.update(PYTHONDONTWRITEBYTECODE="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
+               PYTHONPATH=str(copy))
     return env
 
 
 def run_tests(copy: Path, tests: list[str], timeout: float) -> tuple[int | None, float, str]:
     """(exit code or None on timeout, seconds, output tail)."""
     start = time.monotonic()
-    proc = subprocess.Popen([sys.executable, *PYTEST, *tests], cwd=copy, env=environment(),
+    proc = subprocess.Popen([sys.executable, *PYTEST, *tests], cwd=copy, env=environment(copy),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         out, _ = proc.communicate(timeout=timeout)
@@ -204,9 +208,10 @@ def run_tests(copy: Path, tests: list[str], timeout: float) -> tuple[int | None,
 
 def check_copy_is_imported(copy: Path) -> None:
     """The copy's packages, not the checkout's, are what the tests import."""
-    code = ("import policy, scr, exact_cache, serving, patches, eval.chaos as c; "
-            "print(policy.__file__, scr.__file__, exact_cache.__file__, serving.__file__, patches.__file__, c.__file__)")
-    out = subprocess.run([sys.executable, "-c", code], cwd=copy, env=environment(), capture_output=True, text=True,
+    code = ("import sys, policy, scr, exact_cache, serving, patches, eval.chaos as c; "
+            "print(*(m.__file__ for name, m in sorted(sys.modules.items()) if name.split('.')[0] in "
+            f"{sorted({t.split('/')[0] for t in TARGETS})!r} and getattr(m, '__file__', None)))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=copy, env=environment(copy), capture_output=True, text=True,
                          check=True).stdout.split()
     bad = [p for p in out if not Path(p).resolve().is_relative_to(copy.resolve())]
     if bad:
