@@ -11,8 +11,7 @@ import pytest
 
 from patches import validation
 from serving.route_schemas import GENERATE
-from serving.schema import SchemaError
-from tests.unit.test_route_server_only_fields import BODY, SERVER_SET
+from tests.unit.test_route_server_only_fields import SERVER_SET, assert_refused_and_default_accepted
 
 pytestmark = pytest.mark.integration
 
@@ -32,8 +31,4 @@ def test_every_server_set_field_is_sglangs_with_the_default_assumed():
 
 @pytest.mark.parametrize("name", SERVER_SET)
 def test_a_client_value_is_refused_by_the_real_route(generate, name):
-    value, default = SERVER_SET[name]
-    with pytest.raises(SchemaError) as refused:
-        generate.check({**BODY, name: value})
-    assert refused.value.path == (name,) and "not accepted in a request" in refused.value.problem
-    assert generate.check({**BODY, name: default}) == {**BODY, name: default}
+    assert_refused_and_default_accepted(generate, name)

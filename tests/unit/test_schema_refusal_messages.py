@@ -9,15 +9,8 @@
 from __future__ import annotations
 
 from serving import schema
-from serving.schema import MAX_DEPTH, Json, ListOf, MapOf, Null, OneOf, Scalar, SchemaError, check
-
-
-def problem(value, node) -> str | None:
-    try:
-        check(value, node, ("f",))
-    except SchemaError as exc:
-        return str(exc)
-    return None
+from serving.schema import MAX_DEPTH, Json, ListOf, MapOf, Null, OneOf, Scalar
+from tests.unit.test_schema_strict_integers import problem
 
 
 def test_lists_of_objects_json_values_and_nulls_are_described_in_words():
