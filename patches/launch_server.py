@@ -18,7 +18,7 @@ import sys
 
 from policy import registry
 from policy.api import CHECKPOINT_QUANTIZATION, KERNEL_SPLIT_FAILURES, SPLIT_INVARIANCE
-from serving import checkpoint, launch_args, profile, refusals
+from serving import checkpoint, launch_args, profile, refusals, request_limits
 from serving.event_writer import write_startup_record
 from serving.launch_args import LaunchError, add_server_defaults, apply_server_settings, snapshot_settings
 
@@ -96,6 +96,7 @@ def main(argv: list[str] | None = None) -> None:
     logger.info("serving profile %s on %s: %s%s", chosen.name, "CUDA" if cuda else "CPU",
                 chosen.settings(cuda) or "nothing added", f", environment {profile_env}" if profile_env else "")
     _pass_trace_path(argv)
+    _pass_request_limits(argv)
 
     from sglang.srt.plugins import load_plugins
 
@@ -115,6 +116,9 @@ def main(argv: list[str] | None = None) -> None:
 
     _refuse_route_bypass(server_args)
     validation.serve_schema(app)
+    from patches import request_bodies  # the generating routes read bodies within --max-request-body
+
+    request_bodies.bound_bodies(app)
     routes.install(app, server_args.admin_api_key)  # closed 404, admin behind --admin-api-key
     _refuse_unsafe_settings(spec, server_args, chosen, cuda)
     write_startup_record(spec.events_path, spec.policy, spec.config, sglang_argv, chosen.name)
@@ -138,6 +142,20 @@ def _pass_trace_path(argv: list[str]) -> None:
     set_trace_env(args.cache_trace)
     if args.cache_trace:
         logger.info("cache trace %s", os.path.abspath(args.cache_trace))
+
+
+def _pass_request_limits(argv: list[str]) -> request_limits.RequestLimits:
+    """The request limits (``serving/request_limits.py``) travel to every SGLang process as one env
+    var; a bad value exits with status 2 before SGLang is imported."""
+    parser = build_parser()
+    args, _ = parser.parse_known_args(argv)
+    try:
+        limits = launch_args.request_limits_of(args)
+    except LaunchError as exc:
+        parser.error(str(exc))
+    os.environ[request_limits.LIMITS_ENV] = limits.to_json()
+    logger.info("request limits %s", ", ".join(limits.shown(name) for name in request_limits.FLAGS))
+    return limits
 
 
 def _exit_if_refused(path: str, policy: str) -> None:

@@ -2,9 +2,13 @@
 
 ```
 python -m eval.soak --server http://127.0.0.1:30000 --out runs/soak \
-    [--minutes M | --requests N] [--seed S] [--concurrency C] [--events FILE] [--log FILE] \
-    [--policy radix|exact|scr] [--exact-sample K] [--malformed none|safe|all] [--tenants T]
+    [--requests N | --minutes M] [--seed S] [--concurrency C] [--events FILE] [--log FILE] \
+    [--policy radix|exact|scr] [--exact-sample K] [--malformed none|safe|all] [--tenants T] \
+    [--max-latency-ratio R|none] [--no-bounds]
 ```
+
+A load bounded by ``--requests`` alone sends the same quota of each kind whatever the machine's
+speed (``run.py``); the request limits are probed by ``bounds.py``.
 
 Start the server with ``SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE=1`` (SGLang's idle pool check
 then raises instead of warning; 0.5.16's default, set it anyway), ``--cache-events FILE``, its

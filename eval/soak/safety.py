@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from eval.soak import client, route_fuzz, schema_fuzz
-from eval.soak.checks import FAIL, Check
+from eval.soak.checks import FAIL, Check, latency_offenders, ratio_shown
 from policy.namespace import SEP, namespace
 
 BOMB_MAX_RATIO = 3.0  # latency beside the bomb / beside a plain decode; unpatched, requests time out
@@ -121,19 +121,18 @@ def run_bomb(base: str, bomb_tokens: int, trivial: int = 10) -> dict[str, Any]:
     return out
 
 
-def check_bomb(bomb: Mapping[str, Any] | None) -> Check:
+def check_bomb(bomb: Mapping[str, Any] | None, max_ratio: float | None = BOMB_MAX_RATIO) -> Check:
+    """The bomb decoded (a 200) and every trivial request beside it got a 200; their latency beside
+    it over beside a plain decode is judged against ``max_ratio`` (None: reported only, as in the
+    tests, which may not depend on the machine's speed; unpatched, the trivial requests timed out)."""
     if bomb is None:
         return Check.skipped("regex_bomb", "--no-regex-bomb")
-    offenders = []
-    if bomb["bomb_status"] != 200:
-        offenders.append(f"the bomb request got {bomb['bomb_status']}")
-    if bomb["trivial_failed"]:
-        offenders.append(f"{bomb['trivial_failed']} trivial requests got no 200")
-    if not bomb["bomb_over_plain"] <= BOMB_MAX_RATIO:
-        offenders.append(f"trivial requests beside the bomb took {bomb['bomb_over_plain']}x their time beside "
-                         f"a plain decode (at most {BOMB_MAX_RATIO}x)")
+    offenders = [f"the bomb request got {bomb['bomb_status']}"] if bomb["bomb_status"] != 200 else []
+    offenders += latency_offenders(bomb["trivial_failed"], bomb["bomb_over_plain"], max_ratio, "beside the bomb",
+                                   "their time beside a plain decode")
     detail = (f"trivial request median {bomb['alone_median_s']} s alone, {bomb['beside_plain_median_s']} s beside "
-              f"a plain decode, {bomb['beside_bomb_median_s']} s beside the bomb ({bomb['bomb_over_plain']}x)")
+              f"a plain decode, {bomb['beside_bomb_median_s']} s beside the bomb "
+              f"({ratio_shown(bomb['bomb_over_plain'], max_ratio)})")
     return Check.of("regex_bomb", offenders, detail)
 
 

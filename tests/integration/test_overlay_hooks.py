@@ -134,13 +134,13 @@ def _check_discovery(result: ChildResult, expected: set[str], policy: str) -> No
 
 def test_entry_point_installs_policy_and_cpu_hooks(children):
     result = children["policy"].result()
-    assert len(POLICY_TARGETS | CPU_TARGETS | VALIDATION_TARGETS) == 23
+    assert len(POLICY_TARGETS | CPU_TARGETS | VALIDATION_TARGETS) == 24
     _check_discovery(result, POLICY_TARGETS | CPU_TARGETS | VALIDATION_TARGETS, policy="radix")
 
 
 def test_entry_point_without_spec_installs_only_cpu_hooks(children):
     result = children["stock"].result()
-    assert len(CPU_TARGETS | VALIDATION_TARGETS) == 18
+    assert len(CPU_TARGETS | VALIDATION_TARGETS) == 19
     _check_discovery(result, CPU_TARGETS | VALIDATION_TARGETS, policy="None")
 
 

@@ -784,3 +784,44 @@ def test_the_cpu_engine_answers_for_itself_under_cut_kept(tmp_path):
 
     assert launch_server.split_invariance_failures(types.SimpleNamespace(), False) == \
         cpu_platform.SPLIT_INVARIANCE_FAILURES
+
+
+# ---------------------------------------------------------------------- request limits (issue 33)
+
+
+def test_request_limit_flags_default_and_set():
+    from serving.launch_args import request_limits_of
+    from serving.request_limits import KIB, MIB, RequestLimits
+
+    args, rest = build_parser().parse_known_args(["--model-path", "m"])
+    assert request_limits_of(args) == RequestLimits() and rest == ["--model-path", "m"]
+    args, rest = build_parser().parse_known_args([
+        "--max-request-body", "1M", "--max-prompts", "8", "--max-sequences", "16", "--max-stop-regexes", "2",
+        "--max-stop-regex-chars", "100", "--stop-regex-max-mem", "64K", "--stop-regex-cache", "2048K",
+        "--port", "1"])
+    assert rest == ["--port", "1"]
+    assert request_limits_of(args) == RequestLimits(MIB, 8, 16, 2, 100, 64 * KIB, 2 * MIB)
+
+
+def test_request_limits_travel_as_one_env_var(monkeypatch):
+    from patches import launch_server
+    from serving import request_limits
+
+    monkeypatch.setenv(request_limits.LIMITS_ENV, "stale")
+    limits = launch_server._pass_request_limits(["--max-prompts", "3"])
+    assert os.environ[request_limits.LIMITS_ENV] == limits.to_json()
+    assert request_limits.current().max_prompts == 3
+
+
+@pytest.mark.parametrize("argv, error", [
+    (["--max-prompts", "0"], "argument --max-prompts: expected a positive integer, got '0'"),
+    (["--max-sequences", "x"], "argument --max-sequences: expected a positive integer, got 'x'"),
+    (["--max-request-body", "1.5M"], "argument --max-request-body: '1.5M' is not a size (an integer, optionally "
+                                     "with K, M or G: 256K, 32M)"),
+    (["--stop-regex-cache", "0"], "argument --stop-regex-cache: expected a positive size, got '0'"),
+    (["--stop-regex-max-mem", "1K"], "--stop-regex-max-mem must be at least 16K, got 1024"),
+])
+def test_bad_request_limits_exit_2_before_sglang(argv, error):
+    result, _ = run_python(["-m", "patches.launch_server", "--model-path", "m", *argv])
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.rstrip().endswith(error), result.stderr
