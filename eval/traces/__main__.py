@@ -22,6 +22,14 @@ def tokenizer_choice(text: str):
     return text if text in ("qwen", "tiny") else existing_dir(text)
 
 
+def add_render(parser) -> None:
+    parser.add_argument("--render", choices=render.RENDERINGS, default=render.DEFAULT,
+                        help="how earlier turns are rendered (eval/render.py): default strips an assistant turn's "
+                        "reasoning once a new real user turn follows (Qwen3.6's template), preserve keeps it "
+                        "(chat_template_kwargs.preserve_thinking=true: old turns are never rewritten). Recorded "
+                        "in every line's meta.render and in FILE.stats.json")
+
+
 def add_synth(subparsers) -> None:
     from eval.traces import synth
 
@@ -42,11 +50,7 @@ def add_synth(subparsers) -> None:
                         help="qwen: Qwen3.5/3.6's own tokenizer with English text (default; eval/qwen_tokenizer.py); "
                         "tiny: the tiny model's 480-token tokenizer with its word salad (fast tests); or a "
                         "tokenizer directory. The set's statistics go beside the trace (FILE.stats.json).")
-    parser.add_argument("--render", choices=render.RENDERINGS, default=render.DEFAULT,
-                        help="how earlier turns are rendered (eval/render.py): default strips an assistant turn's "
-                        "reasoning once a new user turn follows (Qwen3.6's template), preserve keeps it "
-                        "(chat_template_kwargs.preserve_thinking=true: old turns are never rewritten). Recorded "
-                        "in every line's meta.render and in FILE.stats.json")
+    add_render(parser)
     parser.set_defaults(run=synth.main)
 
 
@@ -66,9 +70,7 @@ def add_import(subparsers) -> None:
     parser.add_argument("--format", required=True, choices=("chat", "bcp-run"), help="what the inputs are")
     parser.add_argument("inputs", nargs="+", type=Path, metavar="INPUT", help="transcript files (bcp-run: or folders)")
     parser.add_argument("--out", required=True, type=Path, metavar="FILE", help="trace file to write (JSONL)")
-    parser.add_argument("--render", choices=render.RENDERINGS, default=render.DEFAULT,
-                        help="how earlier turns are rendered (eval/render.py): default strips an assistant turn's "
-                        "reasoning before the last real user query, preserve keeps it")
+    add_render(parser)
     parser.add_argument("--tokenizer", type=tokenizer_choice, default="qwen", metavar="qwen|tiny|DIR",
                         help="the tokenizer and chat template (qwen: Qwen3.6's own, eval/qwen_tokenizer.py)")
     parser.add_argument("--queries", type=existing_file, default=None, metavar="FILE",

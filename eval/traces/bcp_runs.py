@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Iterator
 
 from eval.traces import bcp_texts
-from eval.traces.transcripts import Conversation, TranscriptError, check_messages
+from eval.traces.transcripts import Conversation, TranscriptError, check_messages, json_object
 
 CLIENTS = ("tongyi", "responses", "qwen-agent")
 PLACEHOLDER_WORDS = 90  # a BrowseComp question is one paragraph of constraints (eval/traces/corpus.py: 60-120 words)
@@ -99,15 +99,8 @@ def read_records(path: Path) -> Iterator[tuple[dict, str]]:
         yield whole, f"{path}:1"
         return
     for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError as exc:
-            raise TranscriptError(f"{path}:{number}: not JSON ({exc})") from None
-        if not isinstance(record, dict):
-            raise TranscriptError(f"{path}:{number}: a run record is a JSON object, got {type(record).__name__}")
-        yield record, f"{path}:{number}"
+        if line.strip():
+            yield json_object(line, f"{path}:{number}", "a run record"), f"{path}:{number}"
 
 
 def read_queries(path: Path) -> dict[str, str]:
@@ -132,12 +125,9 @@ def read_queries(path: Path) -> dict[str, str]:
 
 
 def _query_of(line: str, where: str) -> tuple[str, str]:
-    try:
-        data = json.loads(line)
-    except ValueError as exc:
-        raise TranscriptError(f"{where}: not JSON ({exc})") from None
-    qid = next((data[k] for k in ("query_id", "id", "qid") if isinstance(data, dict) and k in data), None)
-    text = next((data[k] for k in ("query", "text", "question") if isinstance(data, dict) and k in data), None)
+    data = json_object(line, where, "a query line")
+    qid = next((data[k] for k in ("query_id", "id", "qid") if k in data), None)
+    text = next((data[k] for k in ("query", "text", "question") if k in data), None)
     if qid is None or not isinstance(text, str):
         raise TranscriptError(f"{where}: a query line needs query_id (or id) and query (or text, question)")
     return str(qid), text

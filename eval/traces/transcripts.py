@@ -158,14 +158,20 @@ def conversation_name(data: dict, path: Path, number: int, where: str) -> str:
     return str(name)
 
 
-def parse_chat_line(text: str, path: Path, number: int) -> Conversation:
-    where = f"{path}:{number}"
+def json_object(text: str, where: str, what: str) -> dict:
+    """One JSON object (``what``: what the line is, for the error), or a ``TranscriptError``."""
     try:
         data = json.loads(text)
     except ValueError as exc:
         raise TranscriptError(f"{where}: not JSON ({exc})") from None
     if not isinstance(data, dict):
-        raise TranscriptError(f"{where}: a transcript line is a JSON object, got {type(data).__name__}")
+        raise TranscriptError(f"{where}: {what} is a JSON object, got {type(data).__name__}")
+    return data
+
+
+def parse_chat_line(text: str, path: Path, number: int) -> Conversation:
+    where = f"{path}:{number}"
+    data = json_object(text, where, "a transcript line")
     if "messages" not in data:
         raise TranscriptError(f"{where}: missing field messages")
     tools = data.get("tools")
