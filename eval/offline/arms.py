@@ -6,6 +6,9 @@
   per cache namespace; a call reads its pieces;
 * ``scr`` and ``scr rid``: ``scr_arm`` with the authors' defaults (content matching) and with a
   session per conversation (``session_identity=rid``).
+
+More arms come from ``--arm NAME=POLICY[:KEY=VALUE,...]`` (``from_option``): an exact arm's
+``piece_tokens``, ``retain_every``, ``cut`` and ``min_piece``, any scr setting (``scr.settings``).
 """
 
 from __future__ import annotations
@@ -45,14 +48,26 @@ def exact_costs(calls, message_end: int | None = None, min_piece: int = 1,
     return [CallCost(r, 0, [tuple(p) for p in pieces]) for r, pieces in zip(run["reused"], run["pieces"])]
 
 
+def from_option(text: str) -> ArmSpec:
+    """``--arm NAME=POLICY[:KEY=VALUE,...]`` (``eval.arms``' spelling, its checks) as an offline arm."""
+    from eval.arms import parse_arm
+
+    arm = parse_arm(text)
+    if arm.policy not in ("radix", "exact", "scr"):
+        raise ValueError(f"--arm {text!r}: no offline model of policy {arm.policy!r}")
+    return ArmSpec(arm.name, arm.policy, dict(arm.settings))
+
+
 def costs(spec: ArmSpec, calls, message_end: int | None) -> list[CallCost]:
     """One arm's costs; ``message_end``: the trace tokenizer's ``<|im_end|>`` (for ``cut=messages``)."""
     if spec.policy == "radix":
         return radix_costs(calls)
     if spec.policy == "exact":
-        if spec.settings.get("cut") == "messages":
-            return exact_costs(calls, message_end, int(spec.settings.get("min_piece", MIN_PIECE)))
-        return exact_costs(calls)
+        settings = spec.settings
+        sizes = dict(piece=int(settings.get("piece_tokens", PIECE)), retain=int(settings.get("retain_every", RETAIN)))
+        if settings.get("cut") == "messages":
+            return exact_costs(calls, message_end, int(settings.get("min_piece", MIN_PIECE)), **sizes)
+        return exact_costs(calls, **sizes)
     if spec.policy == "scr":
         return scr_costs(calls, merge(ScrConfig(), spec.settings))
     raise ValueError(f"no offline model of policy {spec.policy!r}")

@@ -1,7 +1,7 @@
 """``python -m eval.offline``: radix, exact and scr on any trace, offline, in about a minute.
 
-    python -m eval.offline --trace FILE [--trace FILE ...] [--concurrency N] [--gpu-chunk N]
-        [--decode-rate R] [--tokenizer qwen|tiny|DIR] [--out DIR]
+    python -m eval.offline --trace FILE [--trace FILE ...] [--arm NAME=POLICY[:KEY=VALUE,...] ...]
+        [--concurrency N] [--gpu-chunk N] [--decode-rate R] [--tokenizer qwen|tiny|DIR] [--out DIR]
 
 Per trace (a synthetic set, an imported transcript, a recorded run; a second rendering of the
 same questions is another ``--trace``), the calls are put in the order a replay with N
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from eval.offline import gpu_time, table
-from eval.offline.arms import DEFAULT_ARMS, costs
+from eval.offline.arms import DEFAULT_ARMS, costs, from_option
 from eval.offline.arrival import arrival_order
 
 PROG = "python -m eval.offline"
@@ -97,13 +97,22 @@ def main(argv: list[str] | None = None) -> int:
                         help="decoded tokens per second in the GPU time estimate")
     parser.add_argument("--tokenizer", default=None, metavar="qwen|tiny|DIR",
                         help="the trace's tokenizer, for exact's message ends (default: told by the ids)")
+    parser.add_argument("--arm", action="append", default=[], metavar="NAME=POLICY[:KEY=VALUE,...]",
+                        help="an arm beside the default ones (radix, exact, exact messages, scr, scr rid), "
+                        "repeatable: exact's piece_tokens, retain_every, cut, min_piece; any scr setting")
     parser.add_argument("--out", type=Path, default=None, metavar="DIR", help="write REPORT.md and offline.json here")
     args = parser.parse_args(argv)
+    try:
+        arms = DEFAULT_ARMS + tuple(from_option(text) for text in args.arm)
+    except ValueError as exc:
+        parser.error(str(exc))
+    if len({a.name for a in arms}) < len(arms):
+        parser.error("two arms share a name")
     started = time.monotonic()
     results = []
     for trace in args.trace:
         print(f"{PROG}: {trace} ...", file=sys.stderr, flush=True)
-        results.append(measure(trace, args.concurrency, args.gpu_chunk, args.decode_rate, args.tokenizer))
+        results.append(measure(trace, args.concurrency, args.gpu_chunk, args.decode_rate, args.tokenizer, arms))
     text = report(results, time.monotonic() - started)
     print(text)
     if args.out:

@@ -124,9 +124,26 @@ def test_the_command_writes_its_report(tmp_path, capsys):
 
     trace = tmp_path / "t.jsonl"
     write_trace(edit_calls() + [call("b", 0, A + D)], trace)
-    assert main(["--trace", str(trace), "--tokenizer", "tiny", "--concurrency", "2", "--out", str(tmp_path / "o")]) == 0
+    assert main(["--trace", str(trace), "--tokenizer", "tiny", "--concurrency", "2", "--out", str(tmp_path / "o"),
+                 "--arm", "scr-rows=scr:side_tokens=600,session_identity=rid",
+                 "--arm", "e256=exact:cut=messages,min_piece=64,piece_tokens=128,retain_every=256"]) == 0
     text = capsys.readouterr().out
     assert "| prefix / moved / read |" in text and "est. read share of GPU time" in text and "estimate" in text
     saved = json.loads((tmp_path / "o" / "offline.json").read_text())
-    assert list(saved[0]["arms"]) == [a.name for a in DEFAULT_ARMS] and saved[0]["arms"]["radix"]["ratio"] == 1.0
+    assert list(saved[0]["arms"]) == [a.name for a in DEFAULT_ARMS] + ["scr-rows", "e256"]
+    assert saved[0]["arms"]["radix"]["ratio"] == 1.0
+    # side slots of 600 rows hold no 650-token conversation: nothing to relocate, unlike scr rid's 30,000
+    assert saved[0]["arms"]["scr-rows"]["moved"] == 0 < saved[0]["arms"]["scr rid"]["moved"]
     assert (tmp_path / "o" / "REPORT.md").read_text().startswith("Radix, exact and scr offline")
+
+
+@pytest.mark.parametrize("arm, message", [("x=radix:chunk=4", "chunk"), ("x=scr:nope=1", "nope"),
+                                          ("radix=exact", "two arms share a name")])
+def test_bad_arms_are_usage_errors(tmp_path, capsys, arm, message):
+    from eval.offline.run import main
+
+    trace = tmp_path / "t.jsonl"
+    write_trace(edit_calls(), trace)
+    with pytest.raises(SystemExit) as exit_:
+        main(["--trace", str(trace), "--arm", arm])
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
