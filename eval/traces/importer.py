@@ -80,6 +80,8 @@ class FastRenderer(Renderer):
 
 def conversation_calls(conversation: Conversation, renderer: Renderer, render: str, max_context: int) -> list[TraceCall]:
     """One trace call per assistant message of ``conversation`` (the module docstring's rules)."""
+    from jinja2 import TemplateError  # the chat template's engine (a transformers requirement)
+
     messages, tools, calls = conversation.messages, conversation.tools, []
     for index, message in enumerate(messages):
         if message["role"] != "assistant":
@@ -88,7 +90,7 @@ def conversation_calls(conversation: Conversation, renderer: Renderer, render: s
         try:
             prompt_text, prompt_ids = renderer.prompt(messages[:index], tools)
             completion_ids = renderer.completion(prompt_text, messages[:index], tools, message)
-        except Exception as exc:  # the template's own refusals (jinja raise_exception) and bad arguments
+        except (ValueError, TypeError, TemplateError) as exc:  # the template's own refusals (raise_exception)
             raise TranscriptError(f"{at}: the chat template cannot render it: {exc}") from None
         if len(prompt_ids) + len(completion_ids) > max_context:
             raise TranscriptError(f"{at}: prompt {len(prompt_ids):,} + completion {len(completion_ids):,} tokens do "
