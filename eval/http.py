@@ -18,6 +18,7 @@ line and closes the connection when the caller leaves the block, finished or not
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from contextlib import contextmanager
@@ -27,6 +28,9 @@ from typing import Any, Iterator
 import httpx
 
 DEFAULT_TIMEOUT_S = 300.0
+# The admin key of a server started with --admin-api-key, for tools pointed at it by URL
+# (eval.soak, eval.bcp.run): the routes the server's route table marks admin need it.
+ADMIN_KEY_ENV = "CACHE_POLICY_ADMIN_KEY"
 ERROR_TEXT_CHARS = 500  # how much of a 4xx/5xx body goes into Response.error
 JSON_HEADERS = {"Content-Type": "application/json"}
 
@@ -121,31 +125,41 @@ def request(url: str, payload: Payload = None, timeout: float = DEFAULT_TIMEOUT_
     return Response(answer.status_code, decode(answer.content), text[:ERROR_TEXT_CHARS], seconds)
 
 
-def post(url: str, payload: Payload = b"", timeout: float = DEFAULT_TIMEOUT_S) -> Response:
+def admin_headers(key: str | None = None) -> dict[str, str]:
+    """``Authorization`` for a server's admin routes: ``key``, else ``$CACHE_POLICY_ADMIN_KEY``;
+    no header when neither is set (the server then answers 401, or 403 without an admin key)."""
+    key = key if key is not None else os.environ.get(ADMIN_KEY_ENV) or None
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def post(url: str, payload: Payload = b"", timeout: float = DEFAULT_TIMEOUT_S,
+         headers: dict[str, str] | None = None) -> Response:
     """:func:`request` with POST (an empty body by default, as ``/flush_cache`` wants)."""
-    return request(url, payload, timeout, method="POST")
+    return request(url, payload, timeout, method="POST", headers=headers)
 
 
-def get(url: str, timeout: float = DEFAULT_TIMEOUT_S) -> Response:
-    return request(url, None, timeout, method="GET")
+def get(url: str, timeout: float = DEFAULT_TIMEOUT_S, headers: dict[str, str] | None = None) -> Response:
+    return request(url, None, timeout, method="GET", headers=headers)
 
 
-def _json_or_raise(method: str, url: str, payload: Payload, timeout: float) -> Any:
-    answer = _send(method, url, payload, timeout)
+def _json_or_raise(method: str, url: str, payload: Payload, timeout: float,
+                   headers: dict[str, str] | None = None) -> Any:
+    answer = _send(method, url, payload, timeout, headers)
     if not answer.is_success:
         raise HttpError(method, url, answer.status_code, answer.content.decode(errors="replace"))
     return json.loads(answer.content)
 
 
-def post_json(url: str, payload: Payload, timeout: float = DEFAULT_TIMEOUT_S) -> Any:
+def post_json(url: str, payload: Payload, timeout: float = DEFAULT_TIMEOUT_S,
+              headers: dict[str, str] | None = None) -> Any:
     """POST ``payload`` as JSON and return the JSON answer; raises :class:`HttpError` /
     :class:`NoResponse` (and ``ValueError`` for a 2xx body that is not JSON)."""
-    return _json_or_raise("POST", url, payload, timeout)
+    return _json_or_raise("POST", url, payload, timeout, headers)
 
 
-def get_json(url: str, timeout: float = DEFAULT_TIMEOUT_S) -> Any:
+def get_json(url: str, timeout: float = DEFAULT_TIMEOUT_S, headers: dict[str, str] | None = None) -> Any:
     """GET ``url`` and return the JSON answer; raises like :func:`post_json`."""
-    return _json_or_raise("GET", url, None, timeout)
+    return _json_or_raise("GET", url, None, timeout, headers)
 
 
 @contextmanager

@@ -2,6 +2,11 @@
 
 Used by the demo, the engine tests and the workload runs. It never imports SGLang (the server
 runs in its own processes); HTTP goes through ``eval.http``.
+
+Every server started here gets an admin key (SGLang's ``--admin-api-key``; a fresh random one
+unless the caller gives one): the route table of the patched server (``serving/route_policy.py``)
+refuses its admin routes (``/flush_cache``, ``/server_info``, ``/abort_request``, ...) to everyone
+without one, and the tools here use them with ``admin_headers()``.
 """
 
 from __future__ import annotations
@@ -9,6 +14,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import secrets
 import signal
 import socket
 import subprocess
@@ -25,6 +31,7 @@ READY_LINE = "The server is fired up and ready to roll!"
 FATAL_MARKERS = ("Traceback (most recent call last)", "memory leak detected", "cache-policy executor: dropped")
 # uvicorn's line when the HTTP port is taken; the server process then hangs instead of exiting.
 BIND_FAILED = "error while attempting to bind on address"
+ADMIN_KEY_FLAG = "--admin-api-key"  # SGLang's flag; the route table's admin routes need its key
 PORT_ATTEMPTS = 3  # start-ups tried on fresh ports when the chosen port was taken in the meantime
 EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 LOWEST_PORT = 10000
@@ -54,6 +61,17 @@ def server_env(extra: dict[str, str]) -> dict[str, str]:
     ``HF_HUB_OFFLINE=1`` is only a default: the tests and the tiny model need no network, but a
     GPU box that downloads its model on first start sets ``HF_HUB_OFFLINE=0``."""
     return {"HF_HUB_OFFLINE": "1", **os.environ, "PYTHONUNBUFFERED": "1", **extra}
+
+
+def _flag_value(argv: list[str], flag: str) -> str | None:
+    """The value of ``flag VALUE`` or ``flag=VALUE`` in ``argv`` (the last one), or None."""
+    value = None
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(flag + "="):
+            value = arg[len(flag) + 1:]
+    return value
 
 
 class PortTaken(RuntimeError):
@@ -105,9 +123,15 @@ class ServerProcess:
     startup_timeout: float | None = None  # None: $CACHE_POLICY_STARTUP_TIMEOUT, else 240 s
     graceful_stop: bool = True
     cpus: list[int] | None = None  # CPU cores the server's processes may run on (default: all)
+    # --admin-api-key: a fresh random key by default, None for none (admin routes then refused to
+    # everyone); an --admin-api-key in extra_args wins.
+    admin_key: str | None = field(default_factory=lambda: secrets.token_urlsafe(24))
     process: subprocess.Popen | None = None
 
     def __post_init__(self) -> None:
+        given = _flag_value(self.extra_args, ADMIN_KEY_FLAG)
+        if given is not None:
+            self.admin_key = given
         if self.startup_timeout is None:
             self.startup_timeout = default_startup_timeout()  # a bad value fails here, not after a wait
         self._port_chosen = self.port is None
@@ -117,6 +141,10 @@ class ServerProcess:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    def admin_headers(self) -> dict[str, str]:
+        """``Authorization`` for this server's admin routes ({} when it has no admin key)."""
+        return http.admin_headers(self.admin_key) if self.admin_key else {}
 
     def start(self) -> "ServerProcess":
         """Start and wait for the ready line; on a taken port (a port this object chose) try again
@@ -137,8 +165,10 @@ class ServerProcess:
 
     def _start_once(self) -> "ServerProcess":
         module = "sglang.launch_server" if self.stock else "patches.launch_server"
+        given = _flag_value(self.extra_args, ADMIN_KEY_FLAG) is not None
+        key = [ADMIN_KEY_FLAG, self.admin_key] if self.admin_key and not given else []
         cmd = [sys.executable, "-m", module, "--model-path", self.model_path,
-               "--host", "127.0.0.1", "--port", str(self.port), *self.extra_args]
+               "--host", "127.0.0.1", "--port", str(self.port), *self.extra_args, *key]
         env = server_env(self.env)
         if self.stock:
             env.pop("CACHE_POLICY_SPEC", None)
@@ -182,7 +212,7 @@ class ServerProcess:
     def flush_cache(self, attempts: int = 100) -> None:
         """``/flush_cache``; SGLang refuses (400) while the last request is still leaving the scheduler."""
         for _ in range(attempts):
-            answer = http.post(self.url + "/flush_cache", b"", timeout=60)
+            answer = http.post(self.url + "/flush_cache", b"", timeout=60, headers=self.admin_headers())
             if answer.status is None:
                 raise http.NoResponse(f"POST /flush_cache: {answer.error}")
             if answer.ok and str(answer.body).startswith("Cache flushed"):

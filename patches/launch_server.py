@@ -4,7 +4,9 @@ Our flags (``--help`` lists them) and the settings the policy adds to SGLang's a
 (``serving/launch_args.py``, ``policy.registry``) before SGLang is imported. The resolved policy
 travels to every SGLang process as one JSON env var (``CACHE_POLICY_SPEC``), which the plugin
 (``patches.plugin``) reads in each of them. A bad name, key or value exits with status 2 and a
-message listing what is valid.
+message listing what is valid. Before SGLang serves, its HTTP app gets the route table
+(``patches/routes.py``: closed routes 404, admin routes behind ``--admin-api-key``) and the served
+request schema; settings that would serve requests around them exit with status 2.
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ import os
 import sys
 
 from policy import registry
-from policy.api import CHECKPOINT_QUANTIZATION
-from serving import checkpoint, launch_args, profile, refusals
+from policy.api import CHECKPOINT_QUANTIZATION, KERNEL_SPLIT_FAILURES, SPLIT_INVARIANCE
+from serving import checkpoint, launch_args, profile, refusals, request_limits
 from serving.event_writer import write_startup_record
 from serving.launch_args import LaunchError, add_server_defaults, apply_server_settings, snapshot_settings
 
@@ -94,6 +96,7 @@ def main(argv: list[str] | None = None) -> None:
     logger.info("serving profile %s on %s: %s%s", chosen.name, "CUDA" if cuda else "CPU",
                 chosen.settings(cuda) or "nothing added", f", environment {profile_env}" if profile_env else "")
     _pass_trace_path(argv)
+    _pass_request_limits(argv)
 
     from sglang.srt.plugins import load_plugins
 
@@ -109,9 +112,14 @@ def main(argv: list[str] | None = None) -> None:
     forced.enable(server_args)
     from sglang.srt.entrypoints.http_server import app
 
-    from patches import validation  # the body schemas, served for clients that fuzz them
+    from patches import routes, validation  # the body schemas, served for clients that fuzz them
 
+    _refuse_route_bypass(server_args)
     validation.serve_schema(app)
+    from patches import request_bodies  # the generating routes read bodies within --max-request-body
+
+    request_bodies.bound_bodies(app)
+    routes.install(app, server_args.admin_api_key)  # closed 404, admin behind --admin-api-key
     _refuse_unsafe_settings(spec, server_args, chosen, cuda)
     write_startup_record(spec.events_path, spec.policy, spec.config, sglang_argv, chosen.name)
     refusal = refusals.open_channel()
@@ -136,6 +144,20 @@ def _pass_trace_path(argv: list[str]) -> None:
         logger.info("cache trace %s", os.path.abspath(args.cache_trace))
 
 
+def _pass_request_limits(argv: list[str]) -> request_limits.RequestLimits:
+    """The request limits (``serving/request_limits.py``) travel to every SGLang process as one env
+    var; a bad value exits with status 2 before SGLang is imported."""
+    parser = build_parser()
+    args, _ = parser.parse_known_args(argv)
+    try:
+        limits = launch_args.request_limits_of(args)
+    except LaunchError as exc:
+        parser.error(str(exc))
+    os.environ[request_limits.LIMITS_ENV] = limits.to_json()
+    logger.info("request limits %s", ", ".join(limits.shown(name) for name in request_limits.FLAGS))
+    return limits
+
+
 def _exit_if_refused(path: str, policy: str) -> None:
     """A scheduler refused the model (e.g. no text rotary for scr): one message, status 2."""
     reasons = refusals.reasons(path)
@@ -149,10 +171,38 @@ def _exit_if_refused(path: str, policy: str) -> None:
         os._exit(2)
 
 
+def split_invariance_failures(server_args, cuda: bool) -> dict[str, str]:
+    """Kernel -> what differed when a forward was split on the 64-token grid, on the device that
+    will serve: on CUDA SGLang's own kernels at the served dtype and the model's per-rank shapes
+    (``patches.kernel_selftest``, a few seconds); on CPU the CPU engine's measured property
+    (``patches.cpu.platform.SPLIT_INVARIANCE``)."""
+    if not cuda:
+        from patches.cpu import platform as cpu_platform
+
+        return dict(cpu_platform.SPLIT_INVARIANCE_FAILURES)
+    from patches import kernel_selftest
+
+    dtype = server_args.dtype if server_args.dtype not in (None, "auto") else "bfloat16"
+    geometry = kernel_selftest.model_geometry(server_args.model_path, server_args.tp_size or 1)
+    return kernel_selftest.split_invariance_failures("cuda", dtype, geometry=geometry)
+
+
 def _torch_sees_a_gpu() -> bool:
     import torch
 
     return torch.cuda.is_available()
+
+
+def _refuse_route_bypass(server_args) -> None:
+    """Exit with status 2 when requests could reach SGLang around the route table and the request
+    checks (``serving.route_policy.launch_problems``)."""
+    from serving.route_policy import launch_problems
+
+    problems = launch_problems(vars(server_args))
+    if problems:
+        print("python -m patches.launch_server: error: these settings would serve requests unchecked:\n  - "
+              + "\n  - ".join(problems), file=sys.stderr)
+        sys.exit(2)
 
 
 def _refuse_unsafe_settings(spec: registry.PolicySpec, server_args, chosen: profile.ServingProfile,
@@ -162,6 +212,8 @@ def _refuse_unsafe_settings(spec: registry.PolicySpec, server_args, chosen: prof
     policy = spec.build()
     resolved = {**vars(server_args), CHECKPOINT_QUANTIZATION: checkpoint.quantization(
         checkpoint.config_json(server_args.model_path, server_args.revision))}
+    if SPLIT_INVARIANCE in policy.kernel_premises():
+        resolved[KERNEL_SPLIT_FAILURES] = split_invariance_failures(server_args, cuda)
     problems = launch_args.resolved_setting_problems(policy.server_settings(), resolved)
     problems += [f"--serving-profile {chosen.name} {p}"
                  for p in launch_args.resolved_setting_problems(chosen.settings(cuda), resolved)]

@@ -78,6 +78,9 @@ def install() -> None:
     from patches import validation  # request checks before the scheduler, for every policy and none
 
     validation.install(register)
+    from patches import routes  # what the route table's open routes need (the table itself: the launcher)
+
+    routes.install_hooks(register)
     spec = current_spec()
     if spec is not None:
         _install_policy_hooks(register, spec)

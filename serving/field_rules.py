@@ -85,10 +85,21 @@ def token_position_problem(ids, vocab_size: int) -> str | None:
     """The first entry of ``ids`` that is not an integer token id in [0, vocab_size)."""
     for position, token in enumerate(ids):
         if not is_int(token):
-            return f"position {position} is {token!r}, not an integer token id"
+            return f"position {position} is {shown(token)}, not an integer token id"
         if not 0 <= token < vocab_size:
             return f"token id {token} at position {position} is outside the vocabulary [0, {vocab_size})"
     return None
+
+
+def shown(value) -> str:
+    """A value for an error message: a scalar's repr (at most 80 characters); a list or an object
+    by its kind and size, never its repr (a list nested 900 deep has no repr: RecursionError)."""
+    if isinstance(value, list):
+        return f"a list of {len(value)}"
+    if isinstance(value, Mapping):
+        return f"an object of {len(value)} keys"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def integer(value, context: Context) -> str | None:
@@ -183,7 +194,9 @@ def regular_expressions(value, context: Context) -> str | None:
         return problem
     for pattern in [value] if isinstance(value, str) else value:
         try:
-            re.compile(pattern)  # SGLang parses it with Python's parser to size the tail it matches
+            # SGLang parses it with Python's parser to size the tail it matches; parsed, not compiled:
+            # re.compile would keep it in the re module's cache (512 entries, unbounded in bytes).
+            re._parser.parse(pattern)
         except Exception as exc:  # noqa: BLE001 - re.error, RecursionError, OverflowError
             return f"{pattern!r:.80} is not a valid regular expression: {exc}"
         problem = context.regex_problem(pattern) if context.regex_problem is not None else None

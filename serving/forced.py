@@ -50,7 +50,7 @@ import json
 import os
 from typing import Any, Callable, Mapping
 
-from serving.field_rules import RequestError, is_int, token_position_problem
+from serving.field_rules import RequestError, is_int, shown, token_position_problem
 from serving.request_checks import per_request
 
 FORCED_KEY = "forced_output_ids"
@@ -83,23 +83,37 @@ def envelope(ids) -> str:
     return json.dumps({FORCED_KEY: list(ids)}, separators=(",", ":"))
 
 
+class EnvelopeError(ValueError):
+    """A ``custom_logit_processor`` string that starts as JSON but cannot be read as data at all."""
+
+
 def unwrap_envelope(value) -> Any:
     """The ids of a ``custom_logit_processor`` string that is an ``envelope``; None for anything
-    else (no value, a serialized processor, JSON that is not exactly ``{"forced_output_ids": ...}``)."""
+    else (no value, a serialized processor, JSON that is not exactly ``{"forced_output_ids": ...}``).
+    JSON nested deeper than Python's parser recurses (a 100,000-deep envelope: ``RecursionError``,
+    which used to escape as a 500) raises ``EnvelopeError``."""
     if not isinstance(value, str) or not value.lstrip().startswith("{"):
         return None
     try:
         data = json.loads(value)
     except ValueError:
         return None
+    except RecursionError:
+        raise EnvelopeError("JSON nested deeper than the server parses; an envelope is "
+                            '{"forced_output_ids": [ids...]}') from None
     return data[FORCED_KEY] if isinstance(data, dict) and set(data) == {FORCED_KEY} else None
 
 
-def take_envelope(params, processor, field: str) -> tuple[Any, Any, bool]:
+def take_envelope(params, processor, processor_field: str) -> tuple[Any, Any, bool]:
     """(params, processor, from_envelope) for one prompt: an envelope's ids moved into
     ``params.custom_params`` and the processor cleared; anything else unchanged. Ids given both
-    ways are a ``RequestError`` naming ``field``."""
-    ids = unwrap_envelope(processor)
+    ways, or an envelope that cannot be parsed (``EnvelopeError``), are a ``RequestError`` naming
+    the field (``processor_field``, e.g. ``custom_logit_processor[1]``)."""
+    field = f"{processor_field}.{FORCED_KEY}"
+    try:
+        ids = unwrap_envelope(processor)
+    except EnvelopeError as exc:
+        raise RequestError(f"{processor_field}: {exc}") from None
     if ids is None:
         return params, processor, False
     if forced_ids(params) is not None:
@@ -117,7 +131,7 @@ def check_forced(params, vocab_size: int, field: str = FIELD) -> list[int] | Non
     if ids is None:
         return None
     if not isinstance(ids, list) or not ids:
-        raise RequestError(f"{field}: must be a non-empty list of token ids, got {ids!r:.80}")
+        raise RequestError(f"{field}: must be a non-empty list of token ids, got {shown(ids)}")
     problem = token_position_problem(ids, vocab_size)
     if problem is not None:
         raise RequestError(f"{field}: {problem}")
@@ -161,7 +175,7 @@ def prepare_request(obj, vocab_size: int, allowed: bool, available: bool, proces
     for i in range(count):
         processor_name = "custom_logit_processor" if single else f"custom_logit_processor[{i}]"
         params[i], given, from_envelope = take_envelope(params[i], processors[i] if i < len(processors) else None,
-                                                        f"{processor_name}.{FORCED_KEY}")
+                                                        processor_name)
         enveloped |= from_envelope
         name = (f"{processor_name}.{FORCED_KEY}" if from_envelope
                 else FIELD if single else f"sampling_params[{i}].custom_params.{FORCED_KEY}")

@@ -9,12 +9,13 @@ so ``--help`` and every usage error come back before SGLang is imported (which t
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import textwrap
 from typing import Callable, Mapping
 
-from serving import profile
+from serving import profile, request_limits
 
 PROG = "python -m patches.launch_server"
 
@@ -67,11 +68,73 @@ def build_parser(settings: Mapping[str, Mapping[str, object]]) -> argparse.Argum
         "The SGLang settings every arm of a comparison shares (serving/profile.py), added to the "
         "command line like a policy's: " + "; ".join(f"{p.name}: {p.summary}" for p in profile.PROFILES.values())
         + f". Default: {profile.DEFAULT}."))
+    add_request_limit_flags(parser)
     parser.add_argument("-h", "--help", action="help", help="Show this help and exit.")
     parser.add_argument("--help-sglang", nargs=0, action=_SglangHelp, help=(
         "Show sglang.launch_server's own help (about 2,000 lines; importing SGLang takes about "
         "20 s) and exit."))
     return parser
+
+
+# field of ``RequestLimits`` -> (metavar, what it bounds): the flags' help; the defaults and the reasons
+# for them are in ``serving/request_limits.py``.
+REQUEST_LIMIT_HELP: dict[str, tuple[str, str]] = {
+    "max_body_bytes": ("SIZE", "The largest request body a generating route reads (bytes, or with K, M or G), "
+                               "checked before it is parsed"),
+    "max_prompts": ("N", "The most prompts one request may carry (a text or input_ids list, an OpenAI prompt list)"),
+    "max_sequences": ("N", "The most sequences one request may start: its prompts times n"),
+    "max_stop_regexes": ("N", "The most distinct stop_regex patterns one request may carry, all its prompts together"),
+    "max_stop_regex_chars": ("N", "The most characters those stop_regex patterns may have together"),
+    "stop_regex_max_mem": ("SIZE", "The memory RE2 may use to compile and match one stop_regex pattern "
+                                   "(its max_mem); a pattern that needs more is refused"),
+    "stop_regex_cache_bytes": ("SIZE", "The memory each server process may keep compiled stop_regex patterns in, "
+                                 "counting each at the most it may hold"),
+}
+
+
+def add_request_limit_flags(parser: argparse.ArgumentParser) -> None:
+    """The request limits (``serving/request_limits.py``): what one request may cost. A request over
+    one gets a 400 naming the flag."""
+    group = parser.add_argument_group(
+        "request limits", "What one request to /generate, /v1/completions or /v1/chat/completions may cost; "
+        "a request over a limit gets a 400 naming the flag (docs/serving.md, Request limits).")
+    defaults = dataclasses.asdict(request_limits.RequestLimits())
+    for field, flag_name in request_limits.FLAGS.items():
+        metavar, text = REQUEST_LIMIT_HELP[field]
+        size = field in request_limits.SIZES
+        shown = request_limits.format_size(defaults[field]) if size else defaults[field]
+        group.add_argument(flag_name, dest=field, type=_size if size else _count, default=None, metavar=metavar,
+                           help=f"{text}. Default: {shown}.")
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _size(text: str) -> int:
+    try:
+        value = request_limits.parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive size, got {text!r}")
+    return value
+
+
+def request_limits_of(args: argparse.Namespace) -> request_limits.RequestLimits:
+    """The limits the command line sets (the defaults where it sets none); raises LaunchError."""
+    values = vars(args)
+    given_values = {field: values[field] for field in request_limits.FLAGS if values.get(field) is not None}
+    try:
+        return request_limits.RequestLimits(**given_values)
+    except ValueError as exc:
+        raise LaunchError(str(exc)) from None
 
 
 def settings_epilog(settings: Mapping[str, Mapping[str, object]]) -> str:

@@ -19,6 +19,7 @@ import uuid
 from typing import Iterable, Mapping
 
 from policy.namespace import name_problem
+from serving import request_limits
 from serving.field_rules import (
     PROMPT_RULES,
     SAMPLING_RULES,
@@ -147,16 +148,27 @@ def check_before_normalization(obj) -> None:
             raise RequestError("input_embeds: must be a non-empty list of embedding vectors")
 
 
+def check_request_limits(obj, limits: request_limits.RequestLimits) -> None:
+    """What one not yet normalized ``GenerateReqInput`` may cost (``serving/request_limits.py``):
+    its prompts, prompts x ``n``, and its ``stop_regex`` patterns, before SGLang copies the request
+    per sequence or parses any pattern. Runs after ``check_before_normalization`` (``n`` is valid)."""
+    prompts = _prompt_count(obj)
+    if prompts is not None:
+        params = obj.sampling_params
+        first = params[0] if isinstance(params, list) and params else params
+        n = first.get("n") if isinstance(first, Mapping) else None
+        field = next(name for name in ("text", "input_ids", "input_embeds") if getattr(obj, name, None) is not None)
+        problem = request_limits.batch_problem(prompts, n if is_int(n) else 1, limits, field)
+        if problem is not None:
+            raise RequestError(problem)
+    problem = request_limits.stop_regex_problem(request_limits.stop_regexes_of(obj.sampling_params), limits)
+    if problem is not None:
+        raise RequestError(problem)
+
+
 def _prompt_count(obj) -> int | None:
     """How many prompts a not yet normalized request holds (None: no prompt given)."""
-    text, ids, embeds = obj.text, obj.input_ids, getattr(obj, "input_embeds", None)
-    if text is not None:
-        return 1 if isinstance(text, str) else len(text)
-    if ids is not None:
-        return 1 if not ids or not isinstance(ids[0], list) else len(ids)
-    if embeds is not None:
-        return 1 if embeds and embeds[0] and not isinstance(embeds[0][0], list) else len(embeds)
-    return None
+    return request_limits.prompt_count(obj.text, obj.input_ids, getattr(obj, "input_embeds", None))
 
 
 def align_parallel_rids(obj, new_rid=lambda: uuid.uuid4().hex) -> None:

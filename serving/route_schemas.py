@@ -22,7 +22,15 @@ kept by hand. What is added here, each with the reason SGLang gives or the failu
   control characters, at most 256 characters (``policy/namespace.py``: what keeps namespaces apart).
 * **Template arguments**: ``chat_template_kwargs`` may not name a parameter of the tokenizer's
   ``apply_chat_template`` (``tools`` there raised "multiple values for keyword argument", a 500;
-  ``chat_template`` would replace the server's template).
+  ``chat_template`` would replace the server's template), nor an argument the template renderer
+  passes to the template itself (``messages``: "multiple values", a 500; ``patches/validation.py``
+  reads them from transformers' ``render_jinja_template``).
+* **No server-side fetch** (``REFUSED_INPUTS``, ``REFUSED_PARTS``): the multimodal inputs, which
+  SGLang loads from whatever a string names (``http(s)://`` URLs with a GET from the server, local
+  paths and ``file://`` with an ``open``, base64 data decoded as an image), are refused on this
+  text-only server: ``image_data`` / ``video_data`` / ``audio_data`` on ``/generate``, and
+  ``image_url`` / ``video_url`` / ``audio_url`` content parts of chat messages. (Qwen3.5/3.6
+  checkpoints are ``*ForConditionalGeneration``: SGLang turns their multimodal loading on.)
 """
 
 from __future__ import annotations
@@ -63,6 +71,13 @@ SERVER_ONLY: dict[str, str] = {
     "encoder_urls": "set by encoder disaggregation",
 }
 
+# Inputs SGLang loads from a client-named URL or local path -> why they are refused.
+FETCHES = ("this server serves text only, and SGLang would load it from what the string names: "
+           "a GET to an http(s) URL from the server, an open() of a local path")
+REFUSED_INPUTS: dict[str, str] = {"image_data": FETCHES, "video_data": FETCHES, "audio_data": FETCHES}
+# Chat message content parts (by their ``type``) loaded the same way.
+REFUSED_PARTS: dict[str, str] = {"image_url": FETCHES, "video_url": FETCHES, "audio_url": FETCHES}
+
 EXCLUSIVE: dict[str, tuple[tuple[str, ...], ...]] = {
     "GenerateReqInput": (("text", "input_ids", "input_embeds"), ("session_id", "session_params")),
 }
@@ -85,13 +100,16 @@ class RouteSchema:
     server_defaults: Mapping[str, object] = field(default_factory=dict)  # SGLang's defaults of those fields
     reserved_keys: Mapping[str, frozenset] = field(default_factory=dict)
     names: tuple[str, ...] = ()  # cache namespace names (policy/namespace.py); a list on /generate
+    refused: Mapping[str, str] = field(default_factory=dict)  # field -> why any value is refused
+    refused_parts: Mapping[str, str] = field(default_factory=dict)  # chat content part type -> why
 
     def rules_json(self) -> dict:
         """The rules beside the schema, as JSON (served with it)."""
         return {"exclusive": [list(g) for g in self.exclusive], "non_empty": list(self.non_empty),
                 "server_only": dict(self.server_only), "server_defaults": dict(self.server_defaults),
                 "names": list(self.names),
-                "reserved_keys": {k: sorted(v) for k, v in self.reserved_keys.items()}}
+                "reserved_keys": {k: sorted(v) for k, v in self.reserved_keys.items()},
+                "refused": dict(self.refused), "refused_parts": dict(self.refused_parts)}
 
     @classmethod
     def from_json(cls, route: str, body_json: Mapping, rules_json: Mapping) -> "RouteSchema":
@@ -104,7 +122,8 @@ class RouteSchema:
                    tuple(rules_json.get("non_empty", ())), dict(rules_json.get("server_only", {})),
                    dict(rules_json.get("server_defaults", {})),
                    {k: frozenset(v) for k, v in rules_json.get("reserved_keys", {}).items()},
-                   tuple(rules_json.get("names", ())))
+                   tuple(rules_json.get("names", ())), dict(rules_json.get("refused", {})),
+                   dict(rules_json.get("refused_parts", {})))
 
     def check(self, body) -> object:
         """The body with unset nulls removed (``schema.without_unset_nulls``); raises
@@ -133,7 +152,24 @@ class RouteSchema:
             if taken:
                 raise SchemaError((name, taken[0]), "is an argument the server passes to the chat template "
                                                     "itself; it cannot be set here")
+        self.check_fetches(body)
         return without_unset_nulls(body, self.body)
+
+    def check_fetches(self, body: Mapping) -> None:
+        """Refuse the inputs SGLang would load from a client-named URL or path (``REFUSED_INPUTS``,
+        and ``REFUSED_PARTS`` in chat messages); runs after the schema, so the shapes are known."""
+        for name, why in self.refused.items():
+            if body.get(name) is not None:
+                raise SchemaError((name,), f"not accepted by this server: {why}")
+        if not self.refused_parts:
+            return
+        for i, message in enumerate(body.get("messages") or ()):
+            content = message.get("content") if isinstance(message, Mapping) else None
+            for j, part in enumerate(content if isinstance(content, list) else ()):
+                kind = part.get("type") if isinstance(part, Mapping) else None
+                if kind in self.refused_parts:
+                    raise SchemaError(("messages", i, "content", j),
+                                      f"{kind} parts are not accepted by this server: {self.refused_parts[kind]}")
 
 
 def sampling_struct(sampling_cls, refine: Mapping = {}) -> Struct:
@@ -154,8 +190,8 @@ def field_defaults(cls, names: Iterable[str]) -> dict[str, object]:
 
 def build_routes(generate_cls, sampling_cls, session_cls, completion_cls, chat_cls,
                  template_arguments: Iterable[str]) -> dict[str, RouteSchema]:
-    """Route -> its schema, from SGLang's classes and the names of ``apply_chat_template``'s
-    parameters (``template_arguments``)."""
+    """Route -> its schema, from SGLang's classes and the arguments of the chat template call
+    (``template_arguments``: ``apply_chat_template``'s parameters and what the renderer passes)."""
     sampling = sampling_struct(sampling_cls)
     session = struct_of(session_cls)
     custom = sampling.fields["custom_params"].node
@@ -175,10 +211,11 @@ def build_routes(generate_cls, sampling_cls, session_cls, completion_cls, chat_c
     openai_names = ("cache_salt", "extra_key")
     return {
         GENERATE: route(GENERATE, generate_cls, server_only=dict(SERVER_ONLY),
-                        server_defaults=field_defaults(generate_cls, SERVER_ONLY), names=("extra_key",)),
+                        server_defaults=field_defaults(generate_cls, SERVER_ONLY), names=("extra_key",),
+                        refused=dict(REFUSED_INPUTS)),
         COMPLETIONS: route(COMPLETIONS, completion_cls, names=openai_names),
         CHAT: route(CHAT, chat_cls, reserved_keys={"chat_template_kwargs": frozenset(template_arguments)},
-                    names=openai_names),
+                    names=openai_names, refused_parts=dict(REFUSED_PARTS)),
     }
 
 

@@ -1,5 +1,9 @@
 """What the server says about itself (``/server_info``, ``/v1/models``), for the run manifest and
-for finding the served model's tokenizer (``eval/bcp/snippets.py``)."""
+for finding the served model's tokenizer (``eval/bcp/snippets.py``).
+
+``/server_info`` is an admin route of the patched server (``serving/route_policy.py``): it is read
+with ``$CACHE_POLICY_ADMIN_KEY`` (``eval.http.admin_headers``). The server's keys it lists are
+never recorded (``SECRET_KEYS``)."""
 
 from __future__ import annotations
 
@@ -10,15 +14,24 @@ from eval.bcp.manifest import SERVER_KEYS_VOLATILE
 from serving import profile as serving_profile
 
 
-def _get(base_url: str, path: str) -> Any:
-    return http.get_json(base_url.rstrip("/") + path, timeout=30.0)
+SECRET_KEYS = ("api_key", "admin_api_key")  # settings /server_info lists that a manifest must not hold
+
+
+def _get(base_url: str, path: str, headers: dict[str, str] | None = None) -> Any:
+    return http.get_json(base_url.rstrip("/") + path, timeout=30.0, headers=headers)
 
 
 def _raw_server_info(base_url: str) -> dict:
+    headers = http.admin_headers()
     try:
-        return _get(base_url, "/server_info")
-    except Exception:  # older servers
-        return _get(base_url, "/get_server_info")
+        info = _get(base_url, "/server_info", headers)
+    except http.HttpError as exc:
+        if exc.status in (401, 403):
+            raise http.HttpError(exc.method, exc.url, exc.status,
+                                 f"{exc.text} (an admin route: export {http.ADMIN_KEY_ENV}=<the server's "
+                                 "--admin-api-key>)") from None
+        info = _get(base_url, "/get_server_info", headers)  # older servers
+    return {k: v for k, v in info.items() if k not in SECRET_KEYS}
 
 
 def served_model_name(base_url: str) -> str | None:

@@ -52,8 +52,8 @@ def serving(ctx, name: str, args: list[str], total_tokens: int, running: int = 8
 
 
 def server_info(server: ServerProcess) -> dict:
-    """SGLang's resolved settings (``/server_info``)."""
-    return http.get_json(server.url + "/server_info", timeout=60)
+    """SGLang's resolved settings (``/server_info``, an admin route: with the server's key)."""
+    return http.get_json(server.url + "/server_info", timeout=60, headers=server.admin_headers())
 
 
 def check_profile(checks, info: dict, name: str, cuda: bool) -> None:

@@ -252,6 +252,20 @@ def check_wellformed(records: Sequence[dict]) -> Check:
     return Check.of("wellformed_ok", offenders, f"{len(records)} well-formed requests")
 
 
+def latency_offenders(trivial_failed: int, ratio: float, max_ratio: float | None, beside: str,
+                      versus: str = "their usual latency") -> list[str]:
+    """Trivial requests that got no 200, and a latency ratio over ``max_ratio`` (None: the ratio is
+    measured and reported, not judged, as in the tests, which may not depend on the machine's speed)."""
+    offenders = [f"{trivial_failed} trivial requests got no 200"] if trivial_failed else []
+    if max_ratio is not None and not ratio <= max_ratio:
+        offenders.append(f"trivial requests {beside} took {ratio}x {versus} (at most {max_ratio}x)")
+    return offenders
+
+
+def ratio_shown(ratio: float, max_ratio: float | None) -> str:
+    return f"{ratio}x" if max_ratio is not None else f"{ratio}x, not judged"
+
+
 def check_fatal_lines(lines: Sequence[str], markers: Sequence[str] = SOAK_FATAL_MARKERS) -> Check:
     found = [line.strip()[:300] for line in lines if any(m in line for m in markers)]
     return Check.of("log_fatal", found, f"{len(lines)} log lines of this run")

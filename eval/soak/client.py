@@ -32,14 +32,17 @@ def stream_then_disconnect(base: str, path: str, payload: dict, wait: float = 10
     return Reply(status, None, "disconnected", time.monotonic() - start)
 
 
-def flush_cache(base: str, deadline_s: float = 60.0) -> int | None:
-    """``/flush_cache`` until accepted (SGLang answers 400 while requests are in the engine);
-    the number of tries it took, or None."""
+def flush_cache(base: str, deadline_s: float = 60.0, admin_key: str | None = None) -> int | None:
+    """``/flush_cache`` (an admin route: with ``admin_key``, else ``$CACHE_POLICY_ADMIN_KEY``) until
+    accepted (SGLang answers 400 while requests are in the engine); the number of tries it took,
+    or None (never accepted, or refused for the key: 401, 403)."""
     tries = 0
     end = time.monotonic() + deadline_s
     while time.monotonic() < end:
         tries += 1
-        reply = request(base, "/flush_cache", b"", timeout=60)
+        reply = request(base, "/flush_cache", b"", timeout=60, headers=http.admin_headers(admin_key))
+        if reply.status in (401, 403):
+            return None
         if reply.status == 200:
             return tries
         time.sleep(0.2)

@@ -4,7 +4,7 @@ Starts ``python -m patches.launch_server`` on the tiny built-in model (or ``--mo
 policy in turn with the settings below (SGLang's strict idle leak check on, ``--cache-events``),
 runs :func:`eval.soak.run_soak` against it, stops it, and prints one table row per policy. This is
 how the soak numbers of docs/soak.md are produced; ``tests/engine/test_soak.py`` runs the same servers
-with a short, time-bounded load.
+with a short load bounded by its request count (no time window: the same quotas on any machine).
 
 Run it alone on the machine: an idle SGLang scheduler busy-polls a core, so anything else running
 beside it changes the wall times it prints (the checks themselves do not depend on speed).
@@ -49,7 +49,8 @@ def soak_policy(model_dir: Path, out: Path, policy: str, **soak) -> dict:
                            extra_args=server_args(policy, events), env=STRICT_ENV).start()
     startup_s = time.monotonic() - started
     try:
-        report = run_soak(server.url, out, events=events, log=server.log_path, policy=policy, **soak)
+        report = run_soak(server.url, out, events=events, log=server.log_path, policy=policy,
+                          admin_key=server.admin_key, **soak)
     finally:
         server.stop()
     report["startup_s"] = round(startup_s, 1)
@@ -69,6 +70,7 @@ def summary_row(policy: str, report: dict) -> dict:
             "fuzz": f"{fuzz.get('refused_4xx', 0)}/{fuzz.get('refused_by_schema', 0)}+{fuzz.get('accepted_by_schema', 0)}"
             if fuzz else "-",
             "fuzz_5xx": fuzz.get("5xx", "-"), "bomb_x": bomb.get("bomb_over_plain", "-"),
+            "bounds_x": (safety.get("bounds") or {}).get("latency_ratio", "-"),
             "namespaces": report["checks"].get("namespaces", {}).get("status", "-"),
             "load_s": report["load_s"], "wall_s": report["wall_s"],
             "result": "PASS" if report["passed"] else "FAIL " + ",".join(failed)}
@@ -76,7 +78,7 @@ def summary_row(policy: str, report: dict) -> dict:
 
 def format_summary(rows: list[dict]) -> str:
     columns = ["policy", "sent", "ok", "aborted", "malformed", "4xx", "5xx", "no_status", "fuzz", "fuzz_5xx",
-               "bomb_x", "namespaces", "load_s", "wall_s", "result"]
+               "bomb_x", "bounds_x", "namespaces", "load_s", "wall_s", "result"]
     lines = ["  ".join(f"{c:>9}" for c in columns)]
     lines += ["  ".join(f"{row[c]!s:>9}" for c in columns) for row in rows]
     return "\n".join(lines)
@@ -99,8 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policies", type=name_list(tuple(POLICY_ARGS)), default=",".join(POLICY_ARGS), metavar="LIST",
                         help="comma-separated policies")
     parser.add_argument("--requests", type=int_at_least(1), default=1000, metavar="N", help="load requests per policy")
-    parser.add_argument("--minutes", type=positive_number, default=60.0,
-                        help="upper bound on each policy's load phase")
+    parser.add_argument("--minutes", type=positive_number, default=None,
+                        help="an upper bound on each policy's load phase (default: none, the load is --requests "
+                        "requests whatever the machine's speed)")
     parser.add_argument("--seed", type=int, default=0, help="random seed of the load")
     parser.add_argument("--concurrency", type=int_at_least(1), default=4, metavar="N", help="parallel conversations")
     parser.add_argument("--tenants", type=int_at_least(1), default=4, metavar="N", help="salts in use")

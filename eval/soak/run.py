@@ -6,7 +6,9 @@ Phases:
    for a tenant (its salt = ``extra_key`` on ``/generate``, ``cache_salt`` on ``/v1/completions``),
    interleaving malformed requests, fresh-salt replays of its last answered prompt and aborted
    turns (stream then disconnect, a short client timeout, ``POST /abort_request {"rid": ...}``),
-   until ``requests`` are sent or ``minutes`` have passed;
+   until ``requests`` are sent (or ``minutes`` have passed, when given). A load bounded by
+   ``requests`` alone sends the same quota of each kind whatever the machine's speed (the kinds
+   follow the step count, ``Soak.step_kind``); the tests use that;
 2. sequentially, with no other traffic: a few more fresh-salt replays; under ``exact`` the sample
    of K earlier prompts re-sent under their tenant's salt (warm) and under a fresh salt (cold);
 3. ``/flush_cache`` until accepted, ``idle_s`` seconds idle (SGLang's strict idle pool check runs),
@@ -26,8 +28,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TextIO
 
-from eval import cli_types
-from eval.soak import checks, client, malformed, safety
+from eval import cli_types, http
+from eval.soak import bounds, checks, client, malformed, safety
 from eval.soak.conversation import Conversation, ConversationConfig, random_ids
 
 ABORT_MODES = ("disconnect", "abort_request", "timeout")
@@ -40,7 +42,7 @@ class UsageError(cli_types.UsageError, ValueError):
 
 @dataclass(frozen=True)
 class SoakConfig:
-    minutes: float | None = None  # load phase; default 5, or 60 when only ``requests`` bounds it
+    minutes: float | None = None  # load phase's time bound; default 5 without ``requests``, none with it
     requests: int | None = None  # requests of the load phase (turns, replays, malformed)
     seed: int = 0
     concurrency: int = 4
@@ -59,7 +61,16 @@ class SoakConfig:
     final_probes: int = 3
     fuzz_cases: int | None = None  # schema-driven malformed set after the load: None all, 0 none (safety.py)
     regex_bomb_tokens: int = 256  # the regex-bomb probe's decode length; 0: no probe
+    bounds: bool = True  # the request-limit probes (bounds.py)
+    # Judge latency: trivial requests beside the bomb or the over-limit requests may take at most this
+    # many times their usual latency. None: measured and reported, not judged (the tests: no check may
+    # depend on the machine's speed).
+    max_latency_ratio: float | None = 3.0
     namespaces: bool = True  # the namespace-collision probes
+    routes: bool = True  # the route table's fuzz (route_fuzz.py)
+    # the server's --admin-api-key (/flush_cache, /abort_request, the route fuzz's admin probe);
+    # None: $CACHE_POLICY_ADMIN_KEY. Never written to the report.
+    admin_key: str | None = None
     idle_s: float = 5.0
     progress_s: float = 10.0
     request_timeout: float = 300.0
@@ -67,9 +78,9 @@ class SoakConfig:
 
     def resolved(self) -> "SoakConfig":
         """Checked values; raises UsageError."""
-        minutes = self.minutes if self.minutes is not None else (5.0 if self.requests is None else 60.0)
+        minutes = self.minutes if self.minutes is not None else (5.0 if self.requests is None else None)
         problems = []
-        if minutes <= 0:
+        if minutes is not None and minutes <= 0:
             problems.append(f"--minutes {minutes}: must be > 0")
         if self.requests is not None and self.requests < 1:
             problems.append(f"--requests {self.requests}: must be >= 1")
@@ -85,6 +96,8 @@ class SoakConfig:
             problems.append(f"--fuzz-cases {self.fuzz_cases}: must be >= 0")
         if self.regex_bomb_tokens < 0:
             problems.append(f"--regex-bomb-tokens {self.regex_bomb_tokens}: must be >= 0")
+        if self.max_latency_ratio is not None and not self.max_latency_ratio >= 1:
+            problems.append(f"--max-latency-ratio {self.max_latency_ratio}: must be >= 1")
         if self.idle_s < 0:
             problems.append(f"--idle-seconds {self.idle_s}: must be >= 0")
         if self.max_new_tokens < 1 or self.abort_tokens < 1:
@@ -104,16 +117,17 @@ class SoakConfig:
 
 
 class Budget:
-    """Requests left and the load deadline, shared by the workers."""
+    """Requests left and the load deadline (None: no time bound), shared by the workers."""
 
-    def __init__(self, requests: int | None, seconds: float):
+    def __init__(self, requests: int | None, seconds: float | None):
         self.left = requests
-        self.deadline = time.monotonic() + seconds
+        self.deadline = None if seconds is None else time.monotonic() + seconds
         self.lock = threading.Lock()
 
     def take(self) -> bool:
         with self.lock:
-            if time.monotonic() >= self.deadline or (self.left is not None and self.left <= 0):
+            late = self.deadline is not None and time.monotonic() >= self.deadline
+            if late or (self.left is not None and self.left <= 0):
                 return False
             if self.left is not None:
                 self.left -= 1
@@ -247,7 +261,8 @@ class Soak:
             reply=client.request(self.base, "/generate", payload, self.cfg.request_timeout)), daemon=True)
         thread.start()
         time.sleep(rng.uniform(0.02, 0.4))
-        aborted = client.request(self.base, "/abort_request", {"rid": rid}, timeout=30)
+        aborted = client.request(self.base, "/abort_request", {"rid": rid}, timeout=30,
+                                 headers=http.admin_headers(self.cfg.admin_key))
         thread.join(self.cfg.request_timeout + 5)
         reply = holder.get("reply") or client.Reply(None, None, "no reply")
         return self.add({**base, **read_generate(reply), "abort_status": aborted.status})
@@ -354,7 +369,7 @@ class Soak:
             print(text, file=self.progress, flush=True)
 
     def load(self) -> None:
-        budget = Budget(self.cfg.requests, self.cfg.minutes * 60)
+        budget = Budget(self.cfg.requests, None if self.cfg.minutes is None else self.cfg.minutes * 60)
         stop = threading.Event()
         ticker = threading.Thread(target=self.progress_loop, args=(stop,), daemon=True)
         self.load_started = time.monotonic()
@@ -412,7 +427,8 @@ class Soak:
         text = path.read_text(errors="replace") if path.exists() else ""
         return checks.run_events(checks.parse_events(text), self.run + ".")
 
-    def wait_events(self, rids: list[str], timeout: float = 20.0) -> dict[str, dict] | None:
+    def wait_events(self, rids: list[str], timeout: float = 120.0) -> dict[str, dict] | None:
+        """The run's events once every rid of ``rids`` has one (the timeout only bounds a failing run)."""
         deadline = time.monotonic() + timeout
         while True:
             events = self.read_events()
@@ -444,8 +460,9 @@ class Soak:
             pass
         self.mal_ctx = malformed.MalformedContext(self.context_len, f"soak-{self.run}-bad")
         self.mal_kinds = malformed.kinds(self.cfg.malformed, self.mal_ctx)
-        self.say(f"soak {self.run}: {self.base}, load for {self.cfg.minutes:g} min"
-                 + (f" or {self.cfg.requests} requests" if self.cfg.requests else "")
+        bounds = ([f"{self.cfg.minutes:g} min"] if self.cfg.minutes is not None else []) + (
+            [f"{self.cfg.requests} requests"] if self.cfg.requests else [])
+        self.say(f"soak {self.run}: {self.base}, load of {' or '.join(bounds)}"
                  + f", {self.cfg.concurrency} workers, {self.cfg.tenants} tenants, malformed {self.cfg.malformed}")
         self.load()
         client.wait_idle(self.base)
@@ -457,7 +474,7 @@ class Soak:
         self.final_probes()
         pairs = self.exact_sample() if policy == "exact" and self.cfg.exact_sample > 0 else None
         client.wait_idle(self.base)
-        flush_tries = client.flush_cache(self.base)
+        flush_tries = client.flush_cache(self.base, admin_key=self.cfg.admin_key)
         time.sleep(self.cfg.idle_s)
         idle_lines = self.log_lines()
         alive = self.send_generate(f"{self.run}.alive.1", random_ids(random.Random(self.cfg.seed), 64),
@@ -473,12 +490,18 @@ class Soak:
         cfg = self.cfg
         if cfg.malformed != "all":
             return
+        if cfg.routes:
+            self.say(f"soak {self.run}: route table fuzz")
+            self.safety["routes"] = safety.run_routes(self.base, cfg.admin_key, self.model)
         if cfg.fuzz_cases != 0:
             self.say(f"soak {self.run}: schema fuzz")
             self.safety["fuzz"] = safety.run_fuzz(self.base, cfg.fuzz_cases, cfg.seed, progress=self.say)
         if cfg.regex_bomb_tokens:
             self.say(f"soak {self.run}: regex bomb ({cfg.regex_bomb_tokens} tokens)")
             self.safety["bomb"] = safety.run_bomb(self.base, cfg.regex_bomb_tokens)
+        if cfg.bounds:
+            self.say(f"soak {self.run}: request limits beside trivial requests")
+            self.safety["bounds"] = bounds.run_bounds(self.base)
         if cfg.namespaces:
             self.namespace_records = safety.send_namespace_probes(self.base, self.run, self.model, cfg.seed)
         client.wait_idle(self.base)
@@ -486,8 +509,14 @@ class Soak:
     def safety_checks(self, events) -> list[checks.Check]:
         if self.cfg.malformed != "all":
             why = f"--malformed {self.cfg.malformed}: the server may be stock SGLang"
-            return [checks.Check.skipped(name, why) for name in ("schema_fuzz", "regex_bomb", "namespaces")]
-        return [safety.check_fuzz(self.safety.get("fuzz")), safety.check_bomb(self.safety.get("bomb")),
+            return [checks.Check.skipped(name, why)
+                    for name in ("routes", "schema_fuzz", "regex_bomb", "namespaces", "bounds")]
+        return [safety.check_routes(self.safety.get("routes")) if self.cfg.routes
+                else checks.Check.skipped("routes", "routes off"),
+                safety.check_fuzz(self.safety.get("fuzz")),
+                safety.check_bomb(self.safety.get("bomb"), self.cfg.max_latency_ratio),
+                bounds.check_bounds(self.safety.get("bounds"), self.cfg.max_latency_ratio) if self.cfg.bounds
+                else checks.Check.skipped("bounds", "--no-bounds"),
                 safety.check_namespaces(self.namespace_records, events) if self.cfg.namespaces
                 else checks.Check.skipped("namespaces", "--no-namespaces")]
 
@@ -558,7 +587,8 @@ class Soak:
                        "tenants": cfg.tenants, "malformed": cfg.malformed, "malformed_kinds": self.mal_kinds,
                        "exact_sample": cfg.exact_sample, "max_new_tokens": cfg.max_new_tokens,
                        "fuzz_cases": cfg.fuzz_cases, "regex_bomb_tokens": cfg.regex_bomb_tokens,
-                       "namespaces": cfg.namespaces,
+                       "bounds": cfg.bounds, "max_latency_ratio": cfg.max_latency_ratio,
+                       "namespaces": cfg.namespaces, "routes": cfg.routes,
                        "events": str(cfg.events) if cfg.events else None, "log": str(cfg.log) if cfg.log else None,
                        "context_len": self.context_len},
             "load_s": round(self.load_ended - self.load_started, 2),

@@ -13,6 +13,7 @@ import json
 
 import pytest
 
+from eval import http
 from eval.bcp import compare, fixtures, run
 from eval.server import ServerProcess
 from tests.engine.conftest import STATE_POOL_ARGS, STRICT_ENV, TEST_SERVER_ARGS
@@ -45,7 +46,8 @@ def runs(tiny_model_dir, tmp_path_factory):
                 "--cache-events", str(events)]
         server = ServerProcess(model_path=str(tiny_model_dir), log_path=tmp / f"{policy}.log", extra_args=args,
                                env=STRICT_ENV)
-        with server:
+        with server, pytest.MonkeyPatch.context() as env:
+            env.setenv(http.ADMIN_KEY_ENV, server.admin_key)  # /server_info is an admin route
             common = ["--dataset", str(dataset), "--server", server.url, "--policy", policy, "--events", str(events),
                       "--index", str(tmp / "index"), "--limit", str(QUESTIONS), "--no-progress",
                       "--not-a-result", "tiny test model", "--server-command", " ".join(args),
@@ -79,6 +81,7 @@ def test_run_artifacts_are_complete_and_consistent(runs, mode):
         assert manifest["policy"] == policy
         assert manifest["model"]["path"] and manifest["server"]["args"]["model_path"] == manifest["model"]["path"]
         assert manifest["server"]["sglang_version"] == "0.5.16"
+        assert not {"api_key", "admin_api_key"} & set(manifest["server"]["args"])  # never recorded
         assert manifest["agent"]["config"]["mode"] == mode and manifest["agent"]["config"]["max_tokens"] == 12
         assert manifest["dataset"]["fingerprint"] and manifest["dataset"]["question_ids"] == ["1", "2"]
         assert manifest["run"]["git"]["commit"] and manifest["retrieval"]["backend"] == "bm25s"

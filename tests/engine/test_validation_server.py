@@ -20,9 +20,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eval.server import wait_for_events
-from eval.soak import safety, schema_fuzz
+from eval.soak import bounds, safety, schema_fuzz
 from eval.soak.checks import PASS
 from scr.authors_log import parse_finish
+from serving import route_policy
 from serving.route_schemas import CHAT as CHAT_ROUTE
 from serving.route_schemas import COMPLETIONS, GENERATE
 from tests.engine.conftest import RADIX_ARGS, start_server
@@ -33,6 +34,9 @@ VOCAB = 512
 GOOD = {"input_ids": [1, 2, 3], "sampling_params": {"temperature": 0.0, "max_new_tokens": 2}}
 CHAT = {"model": "default", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
 TIMEOUT = 60.0
+# One request limit set on the command line (the rest at their defaults): it must reach the HTTP
+# process (issue 33). 2 MiB is over every body the other tests send.
+BODY_LIMIT_ARGS = ["--max-request-body", "2M"]
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +44,7 @@ def server(tiny_model_dir, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("validation")
     server = start_server(tiny_model_dir, tmp, "validation",
                           [*RADIX_ARGS, "--cache-policy", "radix", "--cache-events", str(tmp / "events.jsonl"),
-                           "--log-requests", "--log-requests-level", "0"],
+                           "--log-requests", "--log-requests-level", "0", *BODY_LIMIT_ARGS],
                           graceful_stop=True)
     server.events_path = tmp / "events.jsonl"
     yield server
@@ -51,10 +55,11 @@ def server(tiny_model_dir, tmp_path_factory):
     assert not re.search(r"Remaining number of requests [1-9]", server.log_text()), server.log_tail()
 
 
-def send(server, path: str, payload, timeout: float = TIMEOUT) -> tuple[int, str]:
+def send(server, path: str, payload, timeout: float = TIMEOUT, headers=None) -> tuple[int, str]:
     """POST and return (status, body) whatever the status; a dropped connection raises."""
     body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-    request = urllib.request.Request(server.url + path, data=body, headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(server.url + path, data=body,
+                                     headers={"Content-Type": "application/json", **(headers or {})})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             return response.status, response.read().decode(errors="replace")
@@ -202,11 +207,43 @@ def test_rid_in_flight_is_a_400_and_leaves_no_state(server):
         assert (status, message(body)) == (400, "rid: a request with rid 'busy' is already in flight")
         status, body = send(server, "/generate", gen(input_ids=[[1], [2]], rid=["fresh", "busy"]))
         assert (status, message(body)) == (400, "rid: a request with rid 'busy' is already in flight")
-        assert send(server, "/abort_request", {"rid": "busy"})[0] == 200
+        # /abort_request is an admin route (SGLang aborts every rid with the prefix sent): refused
+        # without the server's key, and the request decodes on; with it, the request ends.
+        status, body = send(server, "/abort_request", {"rid": "busy"})
+        assert (status, json.loads(body)["code"]) == (401, 401), body
+        assert next(line for line in iter(stream.readline, b"") if line.strip()).startswith(b"data: ")
+        assert send(server, "/abort_request", {"rid": "busy"}, headers=server.admin_headers())[0] == 200
         assert b'"abort"' in stream.read()  # the stream ends with the abort, long before 4,000 tokens
     for rid in ("fresh", "busy"):
         status, body = send(server, "/generate", gen(rid=rid))
         assert status == 200, body
+
+
+def test_the_route_table_holds_on_the_live_server(server):
+    """Every route of the server's table as its verdict says (``eval/soak/route_fuzz.py``: open
+    routes answer and junk beside them gets no 5xx, closed 404, admin 401 without the key), then
+    the issue's own requests: the kills around the schema are 404, code execution and prompt dumps
+    are 401, and with the key ``/server_info`` acts (it lists the key itself: why it is admin)."""
+    routes = safety.run_routes(server.url, server.admin_key)
+    check = safety.check_routes(routes)
+    assert check.status == PASS, (check.detail, check.offenders)
+    assert routes["summary"]["admin_acts"]["status"] == 200
+    assert routes["summary"]["counts"] == route_policy.counts(route_policy.table())
+    for path, payload, status in [
+        ("/vertex_generate", {"instances": [{"input_ids": [1, 2]}], "parameters": {"stream_interval": "x"}}, 404),
+        ("/api/chat", {"model": "default", "messages": [{"role": "user", "content": "hi"}]}, 404),
+        ("/v1/responses", {"input": "hi", "request_id": "someone-elses"}, 404),
+        ("/update_weights_from_tensor", {"serialized_named_tensors": ["AAAA"]}, 401),
+        ("/configure_logging", {"dump_requests_folder": "/tmp/x", "log_requests_level": 3}, 401),
+        ("/slow_down", {"forward_sleep_time": float("nan")}, 401),
+        ("/abort_request", {"abort_all": True}, 401),
+    ]:
+        code, body = send(server, path, payload)
+        assert (code, json.loads(body)["code"]) == (status, status), (path, body)
+    with urllib.request.urlopen(urllib.request.Request(server.url + "/server_info", headers=server.admin_headers()),
+                                timeout=TIMEOUT) as reply:
+        assert json.loads(reply.read())["admin_api_key"] == server.admin_key
+    assert_serving(server)
 
 
 def test_requests_in_range_are_served(server):
@@ -420,11 +457,12 @@ def test_null_where_sglang_has_a_default_is_served(server):
 
 def test_a_regex_bomb_costs_a_trivial_request_nothing(server):
     """Trivial requests beside a decode whose stop_regex backtracks catastrophically under Python's
-    re: their median latency against the same beside a plain decode (unpatched, they timed out)."""
+    re: every one answered, and the bomb decoded (unpatched, they timed out). Their latency against
+    the same beside a plain decode is printed, not judged: no test depends on the machine's speed."""
     bomb = safety.run_bomb(server.url, bomb_tokens=128, trivial=8)
-    check = safety.check_bomb(bomb)
+    check = safety.check_bomb(bomb, max_ratio=None)
+    print(check.detail)
     assert check.status == PASS, (check, bomb)
-    assert bomb["bomb_seconds"] < 10 * max(bomb["plain_seconds"], 1.0), bomb  # the bomb itself decoded too
 
 
 def test_name_pairs_that_shared_a_namespace_in_sglang_share_nothing(server):
@@ -461,3 +499,70 @@ def test_no_request_field_starts_a_log_line_and_odd_rids_read_back(server):
     assert stray == [], stray
     finished = {parsed["rid"] for parsed in map(parse_finish, lines) if parsed is not None}
     assert set(ODD_RIDS) <= finished
+
+
+# ---------------------------------------------------------------------- issue 33: what a request may cost
+
+HEAVY = "[" + "".join(chr(0x4E00 + 7 * i) for i in range(300)) + "]{1000}"  # ~0.15 s, ~3.3 MB at RE2's default
+BIG_BODY = json.dumps({"text": "a" * (3 << 20), "sampling_params": {"max_new_tokens": 2}}).encode()
+ISSUE_33 = [
+    # (id, path, payload, start of the 400's message)
+    ("chat-template-kwargs-messages", "/v1/chat/completions", chat(chat_template_kwargs={"messages": []}),
+     "chat_template_kwargs.messages: is an argument the server passes to the chat template itself"),
+    ("envelope-100k-deep", "/generate",
+     gen(custom_logit_processor='{"forced_output_ids": ' + "[" * 100_000 + "1" + "]" * 100_000 + "}"),
+     "custom_logit_processor: JSON nested deeper than the server parses"),
+    ("body-100k-deep", "/generate", b'{"input_ids": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+     "body: JSON nested deeper than the server parses"),
+    ("image-url", "/generate", gen(image_data="http://127.0.0.1:9/x.png"), "image_data: not accepted by this server"),
+    ("image-path", "/generate", gen(image_data=["/etc/hostname"]), "image_data: not accepted by this server"),
+    ("chat-image-part", "/v1/chat/completions",
+     chat(messages=[{"role": "user", "content": [{"type": "text", "text": "see"},
+                                                 {"type": "image_url", "image_url": {"url": "file:///etc/hostname"}}]}]),
+     "messages[0].content[1]: image_url parts are not accepted by this server"),
+    ("prompts-10000", "/generate", gen(input_ids=[[5]] * 10_000), "input_ids: 10000 prompts in one request, over the "
+                                                                  "limit of 64 (--max-prompts 64)"),
+    ("prompts-x-n", "/generate", gen({"n": 128}, input_ids=[[5]] * 32),
+     "sampling_params.n: 32 prompts x n = 128 is 4096 sequences in one request, over the limit of 256"),
+    ("completions-prompts-x-n", "/v1/completions", {"model": "default", "prompt": ["a"] * 8, "n": 64, "max_tokens": 1},
+     "n: 8 prompts x n = 64 is 512 sequences in one request, over the limit of 256 (--max-sequences 256)"),
+    ("stop-regex-17", "/generate", gen({"stop_regex": [f"s{i}" for i in range(17)]}),
+     "sampling_params.stop_regex: 17 distinct patterns in one request, over the limit of 16 (--max-stop-regexes 16)"),
+    ("stop-regex-heavy", "/generate", gen({"stop_regex": HEAVY}), "sampling_params.stop_regex: '["),
+    ("stop-regex-chars", "/generate", gen({"stop_regex": "[" + "a" * 20_000 + "]"}),
+     "sampling_params.stop_regex: 20002 characters of patterns in one request, over the limit of 16384"),
+    ("body-over-2M", "/generate", BIG_BODY,
+     f"body: {len(BIG_BODY)} bytes, over the limit of 2097152 bytes (--max-request-body 2M)"),
+]
+
+
+@pytest.mark.parametrize("path, payload, expected", [pytest.param(*case[1:], id=case[0]) for case in ISSUE_33])
+def test_issue_33_requests_are_a_400_naming_the_problem(server, path, payload, expected):
+    status, body = send(server, path, payload)
+    assert status == 400, body[:300]
+    assert message(body).startswith(expected), body[:300]
+    assert_serving(server)
+
+
+def test_the_heavy_pattern_names_the_max_mem_flag(server):
+    status, body = send(server, "/generate", gen({"stop_regex": HEAVY}))
+    assert status == 400 and "(--stop-regex-max-mem 256K; RE2: pattern too large" in message(body), body[:400]
+
+
+def test_the_server_serves_its_request_limits(server):
+    served = schema_fuzz.client.request(server.url, schema_fuzz.SCHEMA_PATH, timeout=30, method="GET").body
+    assert served["request_limits"]["max_body_bytes"] == 2 << 20  # the flag reached the HTTP process
+    assert served["request_limits"]["max_prompts"] == 64
+
+
+def test_requests_over_each_limit_leave_a_trivial_request_answered(server):
+    """The soak's bounds phase on this server: each over-limit request a 400 naming its limit, alone
+    and in bursts beside trivial requests, which all answer. The latency ratio is printed."""
+    report = bounds.run_bounds(server.url, trivial=6)
+    check = bounds.check_bounds(report, max_ratio=None)
+    print(check.detail)
+    assert check.status == PASS, (check.offenders, report["each"])
+    assert {o["request"] for o in report["each"]} == {
+        "prompts", "sequences", "stop_regex count", "stop_regex characters", "stop_regex max_mem", "body size",
+        "nested body", "nested envelope"}
+    assert report["beside_sent"] == report["beside_refused"] == 6 * 7  # a burst of 7 beside each trivial request

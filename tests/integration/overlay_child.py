@@ -62,12 +62,12 @@ def run_expecting_exit(action) -> None:
 
 
 def expected_targets() -> list[str]:
-    from patches import plugin, validation
+    from patches import plugin, routes, validation
     from patches.cpu import attention as cpu_attention
     from patches.cpu import platform as cpu_platform
 
     targets = [t for t, _ in cpu_platform.KERNEL_REPLACEMENTS] + [cpu_platform.SERVER_ARGS_POST_INIT, cpu_attention.TARGET]
-    targets += list(validation.TARGETS)
+    targets += list(validation.TARGETS) + list(routes.TARGETS)
     if os.environ.get("CACHE_POLICY_SPEC"):
         targets += [plugin.REQ_MATCHED, plugin.RELEASE_KV, plugin.SCHEDULER_IDLE, plugin.SCHEDULER_INIT,
                     plugin.ABORT]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from patches import plugin, validation
+from patches import plugin, routes, validation
 from patches.cpu import attention as cpu_attention
 from patches.cpu import platform as cpu_platform
 from policy.registry import SPEC_ENV, PolicySpec
@@ -37,7 +37,8 @@ CPU_TARGETS = {target for target, _ in cpu_platform.KERNEL_REPLACEMENTS} | {
     cpu_platform.SERVER_ARGS_POST_INIT,
     cpu_attention.TARGET,
 }
-VALIDATION_TARGETS = set(validation.TARGETS)  # request checks: installed with or without a policy
+# request checks and the open routes' hook: installed with or without a policy
+VALIDATION_TARGETS = set(validation.TARGETS) | set(routes.TARGETS)
 OUR_SOURCE = [["cache_policy", "hybrid-cache-policies"]]  # (entry point name, distribution)
 INSTALLED_RE = re.compile(
     r"^\[cache-policy\] overlay installed pid=(\d+) cpu_platform=(True|False) policy=(\S+) hooks=(\d+)$"
@@ -133,13 +134,13 @@ def _check_discovery(result: ChildResult, expected: set[str], policy: str) -> No
 
 def test_entry_point_installs_policy_and_cpu_hooks(children):
     result = children["policy"].result()
-    assert len(POLICY_TARGETS | CPU_TARGETS | VALIDATION_TARGETS) == 22
+    assert len(POLICY_TARGETS | CPU_TARGETS | VALIDATION_TARGETS) == 24
     _check_discovery(result, POLICY_TARGETS | CPU_TARGETS | VALIDATION_TARGETS, policy="radix")
 
 
 def test_entry_point_without_spec_installs_only_cpu_hooks(children):
     result = children["stock"].result()
-    assert len(CPU_TARGETS | VALIDATION_TARGETS) == 17
+    assert len(CPU_TARGETS | VALIDATION_TARGETS) == 19
     _check_discovery(result, CPU_TARGETS | VALIDATION_TARGETS, policy="None")
 
 

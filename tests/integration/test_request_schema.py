@@ -193,3 +193,169 @@ def test_install_swaps_the_schedulers_re_only():
     stop_regex.install()  # idempotent
     assert isinstance(schedule_batch.re, stop_regex.LinearSearch)
     assert schedule_batch.re.compile is re.compile and re.search is not schedule_batch.re.search
+
+
+# ------------------------------------------------------------- what a stop regex may cost (issue 33)
+
+# The heavy pattern of issue 33: a 300-code-point class repeated 1,000 times (308 characters). Under
+# RE2's default max_mem (8 MiB) it compiled for ~0.15 s into 417,004 instructions and ~3.3 MB.
+HEAVY = "[" + "".join(chr(0x4E00 + 7 * i) for i in range(300)) + "]{1000}"
+
+
+@pytest.fixture
+def limits_env(monkeypatch):
+    """Set this process's request limits as the launcher would."""
+    from serving.request_limits import LIMITS_ENV, RequestLimits
+
+    def set_limits(**values):
+        limits = RequestLimits(**values)
+        monkeypatch.setenv(LIMITS_ENV, limits.to_json())
+        return limits
+
+    yield set_limits
+    monkeypatch.delenv(LIMITS_ENV, raising=False)
+    stop_regex.cache()  # rebuilt with the defaults for the next test
+
+
+def test_a_pattern_over_max_mem_is_refused_naming_the_flag(limits_env):
+    limits_env()
+    problem = stop_regex.pattern_problem(HEAVY)
+    assert problem is not None and "one pattern may use (--stop-regex-max-mem 256K; RE2: pattern too large" in problem
+    assert HEAVY not in stop_regex.cache()
+    limits_env(stop_regex_max_mem=8 << 20)  # RE2's own default takes it
+    assert stop_regex.pattern_problem(HEAVY) is None and HEAVY in stop_regex.cache()
+
+
+def test_realistic_patterns_compile_within_the_default_max_mem(limits_env):
+    limits_env()
+    for pattern in ("</?(tool_call|function_call)>", "(?i)\\n\\s*(observation|final answer|action input)\\s*:",
+                    "\\n\\n(?:User|Human|Assistant):", "a" * 16_000, "(?:" + "|".join(f"word{i:04d}" for i in range(300)) + ")"):
+        assert stop_regex.pattern_problem(pattern) is None, pattern[:40]
+
+
+def test_the_compiled_patterns_stay_within_their_bytes(limits_env):
+    import re2
+
+    from serving.request_limits import stop_regex_entry_bytes
+
+    limits = limits_env(stop_regex_max_mem=64 << 10, stop_regex_cache_bytes=1 << 20)
+    module_cache = re2._Regexp._make.cache_info().currsize
+    patterns = [f"stop{i}[a-z]+" for i in range(50)]
+    for pattern in patterns:
+        assert stop_regex.LinearSearch.search(pattern, f"xx stop{pattern[4:-6]}abc yy") is not None
+    cache = stop_regex.cache()
+    per_entry = stop_regex_entry_bytes(patterns[0], limits.stop_regex_max_mem)
+    assert len(cache) == limits.stop_regex_cache_bytes // per_entry < 50 and cache.charged <= limits.stop_regex_cache_bytes
+    assert cache.evictions == 50 - len(cache)
+    assert patterns[-1] in cache and patterns[0] not in cache  # least recently used went first
+    assert stop_regex.LinearSearch.search(patterns[0], "stop0abc") is not None  # evicted: compiled again
+    assert re2._Regexp._make.cache_info().currsize == module_cache  # google-re2's own cache is not used
+
+
+def test_surrogates_never_reach_re2():
+    assert stop_regex.pattern_problem("a\ud800") == "'a\\ud800' is not valid Unicode"
+
+
+def test_install_stops_when_re2s_constructor_changed(monkeypatch):
+    import re2
+
+    class Changed:
+        def __init__(self, pattern, options, extra):
+            pass
+
+    monkeypatch.setattr(re2, "_Regexp", Changed)
+    with pytest.raises(RuntimeError, match="google-re2 internals changed"):
+        stop_regex.install()
+
+
+# ----------------------------------------------------- template arguments, server-side fetches (issue 33)
+
+TEMPLATE_ARGUMENTS = ["messages", "add_generation_prompt", "tools", "documents", "conversation", "tokenize",
+                      "return_dict", "chat_template", "continue_final_message"]
+
+
+@pytest.mark.parametrize("key", TEMPLATE_ARGUMENTS)
+def test_chat_template_kwargs_may_not_carry_the_templates_own_arguments(routes, key):
+    """``messages`` raised "multiple values for keyword argument" inside the template call (a 500)."""
+    found = refusal(routes, CHAT, {**CHAT_BODY, "chat_template_kwargs": {"enable_thinking": True, key: []}})
+    assert found == (f"chat_template_kwargs.{key}: is an argument the server passes to the chat template itself; "
+                     "it cannot be set here")
+
+
+def test_template_kwargs_a_template_reads_are_accepted(routes):
+    body = {**CHAT_BODY, "chat_template_kwargs": {"enable_thinking": False, "reasoning_effort": "low", "x": {"y": 1}}}
+    assert routes[CHAT].check(body) == body
+
+
+def test_the_render_arguments_come_from_transformers_source():
+    assert {"messages", "tools", "documents", "add_generation_prompt"} <= set(validation.template_render_arguments())
+
+
+@pytest.mark.parametrize("field, value", [
+    ("image_data", "http://169.254.169.254/latest/meta-data"), ("image_data", "/etc/passwd"),
+    ("image_data", ["file:///etc/hostname"]), ("video_data", "http://127.0.0.1:1/v.mp4"), ("audio_data", "/tmp/a.wav"),
+    ("image_data", "data:image/png;base64,iVBORw0KGgo="), ("image_data", [["/x.png"]]),
+])
+def test_generate_refuses_what_sglang_would_fetch(routes, field, value):
+    found = refusal(routes, GENERATE, {**GEN, field: value})
+    assert found is not None and found.startswith(f"{field}: not accepted by this server: this server serves text "
+                                                  "only, and SGLang would load it"), found
+
+
+@pytest.mark.parametrize("part, index", [
+    ({"type": "image_url", "image_url": {"url": "http://127.0.0.1:9/x.png"}}, 1),
+    ({"type": "video_url", "video_url": {"url": "file:///etc/passwd"}}, 1),
+    ({"type": "audio_url", "audio_url": {"url": "/dev/zero"}}, 1),
+])
+def test_chat_refuses_parts_sglang_would_fetch(routes, part, index):
+    body = {**CHAT_BODY, "messages": [{"role": "system", "content": "s"},
+                                      {"role": "user", "content": [{"type": "text", "text": "see"}, part]}]}
+    found = refusal(routes, CHAT, body)
+    assert found is not None and found.startswith(f"messages[1].content[{index}]: {part['type']} parts are not "
+                                                  "accepted by this server"), found
+
+
+def test_text_only_requests_and_null_media_pass(routes):
+    assert routes[GENERATE].check({**GEN, "image_data": None, "audio_data": None}) is not None
+    body = {**CHAT_BODY, "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]}
+    assert routes[CHAT].check(body) == body
+
+
+def test_a_client_rebuilds_the_fetch_rules_from_the_served_json(routes):
+    from serving.schema import to_json
+
+    for route_name, body in ((GENERATE, {**GEN, "audio_data": "x"}),
+                             (CHAT, {**CHAT_BODY, "messages": [{"role": "user", "content": [
+                                 {"type": "image_url", "image_url": {"url": "x"}}]}]})):
+        route = routes[route_name]
+        rebuilt = type(route).from_json(route_name, to_json(route.body), route.rules_json())
+        assert refusal({route_name: rebuilt}, route_name, body) == refusal(routes, route_name, body) is not None
+
+
+def test_batch_size_is_refused_before_the_schema_walks_the_prompts(monkeypatch):
+    """A body of a million one-token prompts: the limit is read off the raw JSON, not after walking it."""
+    import types
+
+    from sglang.srt.entrypoints.openai.protocol import CompletionRequest
+    from sglang.srt.managers.io_struct import GenerateReqInput
+    from fastapi import HTTPException
+
+    from serving.request_limits import LIMITS_ENV
+
+    monkeypatch.delenv(LIMITS_ENV, raising=False)
+    walked = []
+    monkeypatch.setattr(type(validation.route_schemas()[GENERATE]), "check", lambda self, body: walked.append(body))
+
+    def field(model):
+        return types.SimpleNamespace(field_info=types.SimpleNamespace(annotation=model))
+
+    for model, body, expected in (
+            (GenerateReqInput, {"input_ids": [[5]] * 1_000_000}, "input_ids: 1000000 prompts in one request, over "
+                                                                 "the limit of 64 (--max-prompts 64)"),
+            (CompletionRequest, {"model": "m", "prompt": ["a"] * 4, "n": 100}, "n: 4 prompts x n = 100 is 400 "
+                                                                             "sequences")):
+        with pytest.raises(HTTPException) as info:
+            validation.around_body_validation(lambda **kw: None, field=field(model), value=body, values={},
+                                              loc=("body",))
+        assert info.value.status_code == 400 and info.value.detail.startswith(expected)
+    assert walked == []

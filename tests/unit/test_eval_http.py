@@ -133,3 +133,12 @@ def test_stream_lines_reads_then_closes(base):
 def test_wait_until_healthy(base, closed_url):
     assert http.wait_until_healthy(base, timeout=2, path="/json")
     assert not http.wait_until_healthy(closed_url, timeout=0.3, interval=0.1)
+
+
+def test_admin_headers_from_the_key_or_the_environment(monkeypatch):
+    monkeypatch.delenv(http.ADMIN_KEY_ENV, raising=False)
+    assert http.admin_headers() == {} and http.admin_headers("") == {}
+    assert http.admin_headers("k") == {"Authorization": "Bearer k"}
+    monkeypatch.setenv(http.ADMIN_KEY_ENV, "from-env")
+    assert http.admin_headers() == {"Authorization": "Bearer from-env"}
+    assert http.admin_headers("given") == {"Authorization": "Bearer given"}  # the caller's key wins

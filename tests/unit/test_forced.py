@@ -5,6 +5,7 @@ scheduler's ``__req__``)."""
 
 from __future__ import annotations
 
+import re
 import types
 
 import pytest
@@ -244,3 +245,41 @@ def test_envelope_in_a_batch_sharing_one_params_dict(processor):
     assert obj.custom_logit_processor == [processor, None]
     assert obj.sampling_params[0]["custom_params"] == {"forced_output_ids": [5]}
     assert "custom_params" not in obj.sampling_params[1] and shared == {"temperature": 0}
+
+
+# ---------------------------------------------------------------------- nested envelopes (issue 33)
+
+
+def deep_envelope(levels: int) -> str:
+    return '{"forced_output_ids": ' + "[" * levels + "1" + "]" * levels + "}"
+
+
+def test_an_envelope_nested_past_the_parser_is_an_envelope_error():
+    with pytest.raises(forced.EnvelopeError, match="JSON nested deeper than the server parses"):
+        forced.unwrap_envelope(deep_envelope(100_000))
+    with pytest.raises(forced.EnvelopeError):
+        forced.unwrap_envelope("{" + '"a":{' * 100_000)  # unterminated and deep: the depth is found first
+
+
+@pytest.mark.parametrize("batch", [False, True])
+def test_a_deep_envelope_is_a_400_naming_the_field(processor, batch):
+    """It was a 500: RecursionError escaped serving/forced.py."""
+    value = deep_envelope(100_000)
+    obj = (types.SimpleNamespace(is_single=False, rid=["a", "b"], sampling_params={}, custom_logit_processor=[None, value])
+           if batch else single({}, value))
+    field = "custom_logit_processor[1]" if batch else "custom_logit_processor"
+    with pytest.raises(RequestError, match=rf"^{re.escape(field)}: JSON nested deeper than the server parses"):
+        prepare(obj, allowed=True)
+
+
+@pytest.mark.parametrize("value, message", [
+    (deep_envelope(900), "position 0 is a list of 1, not an integer token id"),
+    ('{"forced_output_ids": {"a": 1}}', "must be a non-empty list of token ids, got an object of 1 keys"),
+    ('{"forced_output_ids": [' + ",".join(["[0]"] * 50_000) + "]}", "position 0 is a list of 1, not an integer"),
+    ('{"forced_output_ids": ["' + "x" * 1000 + '"]}', "position 0 is 'xxxx"),
+])
+def test_envelope_values_are_named_without_their_repr(processor, value, message):
+    with pytest.raises(RequestError) as info:
+        prepare(single({}, value), allowed=True)
+    text = str(info.value)
+    assert text.startswith(f"custom_logit_processor.forced_output_ids: {message}") and len(text) < 200, text[:300]

@@ -738,3 +738,90 @@ def test_the_launcher_refuses_a_quantized_kv_cache_for_both_policies(
         "quantized KV rows are read by kernels outside SGLang's deterministic set" if policy_name == "exact" else
         "SCR re-rotates relocated keys in the pool's dtype, so a quantized key would be rounded back to its format "
         "on every move and drift from a cold read") + "; use --kv-cache-dtype auto (or bf16)"]
+
+
+# ---------------------------------------------------------------------- the kept rule's kernel guard
+
+
+@pytest.mark.parametrize("failures, refused", [({}, False), ({"gdn_chunk": "split at 64: output differs"}, True)],
+                         ids=["invariant", "split-variant"])
+def test_cut_kept_is_refused_on_cuda_unless_the_kernels_hold_split_invariance(
+        tmp_path, monkeypatch, capsys, failures, refused):
+    """The launcher asks the device (``split_invariance_failures``) only for a policy whose premise
+    it is, and exits 2 naming the kernel and pointing at cut=messages when a split changed bits."""
+    from patches import launch_server
+    from serving import profile
+
+    (tmp_path / "config.json").write_text("{}")
+    asked = []
+    monkeypatch.setattr(launch_server, "split_invariance_failures", lambda args, cuda: asked.append(cuda) or failures)
+    monkeypatch.setattr(launch_server, "_torch_sees_a_gpu", lambda: True)
+    for key, value in profile.get("matched").environment(True).items():
+        monkeypatch.setenv(key, value)
+    spec, chosen, server_args = _resolved_server("exact", ["cut=kept", "message_end=", "piece_tokens=832"], True,
+                                                 "auto", tmp_path)
+    if not refused:
+        launch_server._refuse_unsafe_settings(spec, server_args, chosen, True)
+    else:
+        with pytest.raises(SystemExit) as stopped:
+            launch_server._refuse_unsafe_settings(spec, server_args, chosen, True)
+        assert stopped.value.code == 2
+        [line] = [line for line in capsys.readouterr().err.splitlines() if line.startswith("  - ")]
+        assert "cut=kept needs kernels that give a row the same bits" in line
+        assert "gdn_chunk does not here: split at 64: output differs" in line and line.endswith("cut=messages instead")
+    assert asked == [True]
+    grid, grid_chosen, grid_args = _resolved_server("exact", ["piece_tokens=832"], True, "auto", tmp_path)
+    launch_server._refuse_unsafe_settings(grid, grid_args, grid_chosen, True)
+    assert asked == [True]  # cut=grid rests on no such premise: the device is not asked
+
+
+def test_the_cpu_engine_answers_for_itself_under_cut_kept(tmp_path):
+    """On CPU the answer is the CPU engine's measured property (patches/cpu/platform.py), not a kernel run."""
+    import types
+
+    from patches import launch_server
+    from patches.cpu import platform as cpu_platform
+
+    assert launch_server.split_invariance_failures(types.SimpleNamespace(), False) == \
+        cpu_platform.SPLIT_INVARIANCE_FAILURES
+
+
+# ---------------------------------------------------------------------- request limits (issue 33)
+
+
+def test_request_limit_flags_default_and_set():
+    from serving.launch_args import request_limits_of
+    from serving.request_limits import KIB, MIB, RequestLimits
+
+    args, rest = build_parser().parse_known_args(["--model-path", "m"])
+    assert request_limits_of(args) == RequestLimits() and rest == ["--model-path", "m"]
+    args, rest = build_parser().parse_known_args([
+        "--max-request-body", "1M", "--max-prompts", "8", "--max-sequences", "16", "--max-stop-regexes", "2",
+        "--max-stop-regex-chars", "100", "--stop-regex-max-mem", "64K", "--stop-regex-cache", "2048K",
+        "--port", "1"])
+    assert rest == ["--port", "1"]
+    assert request_limits_of(args) == RequestLimits(MIB, 8, 16, 2, 100, 64 * KIB, 2 * MIB)
+
+
+def test_request_limits_travel_as_one_env_var(monkeypatch):
+    from patches import launch_server
+    from serving import request_limits
+
+    monkeypatch.setenv(request_limits.LIMITS_ENV, "stale")
+    limits = launch_server._pass_request_limits(["--max-prompts", "3"])
+    assert os.environ[request_limits.LIMITS_ENV] == limits.to_json()
+    assert request_limits.current().max_prompts == 3
+
+
+@pytest.mark.parametrize("argv, error", [
+    (["--max-prompts", "0"], "argument --max-prompts: expected a positive integer, got '0'"),
+    (["--max-sequences", "x"], "argument --max-sequences: expected a positive integer, got 'x'"),
+    (["--max-request-body", "1.5M"], "argument --max-request-body: '1.5M' is not a size (an integer, optionally "
+                                     "with K, M or G: 256K, 32M)"),
+    (["--stop-regex-cache", "0"], "argument --stop-regex-cache: expected a positive size, got '0'"),
+    (["--stop-regex-max-mem", "1K"], "--stop-regex-max-mem must be at least 16K, got 1024"),
+])
+def test_bad_request_limits_exit_2_before_sglang(argv, error):
+    result, _ = run_python(["-m", "patches.launch_server", "--model-path", "m", *argv])
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.rstrip().endswith(error), result.stderr

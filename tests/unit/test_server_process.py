@@ -255,3 +255,48 @@ def test_the_timeout_message_names_the_variable(tmp_path):
     with pytest.raises(TimeoutError, match=r"not ready after 1s .*set CACHE_POLICY_STARTUP_TIMEOUT=SECONDS"):
         proc._wait_ready()
     assert proc.process.poll() is not None  # stopped
+
+
+def _command(proc, monkeypatch) -> list[str]:
+    seen, real_popen = {}, subprocess.Popen
+
+    def fake_popen(cmd, **kwargs):
+        seen["cmd"] = cmd
+        return real_popen([sys.executable, "-c", "pass"])
+
+    monkeypatch.setattr(server.subprocess, "Popen", fake_popen)
+    monkeypatch.setattr(proc, "_wait_ready", lambda: None)
+    proc._start_once()
+    proc.process.wait()
+    return seen["cmd"]
+
+
+def test_every_server_gets_a_fresh_admin_key(tmp_path, monkeypatch):
+    """The route table refuses admin routes (/flush_cache, /server_info) without the server's key."""
+    a, b = (ServerProcess(model_path="m", log_path=tmp_path / "log") for _ in range(2))
+    assert a.admin_key and b.admin_key and a.admin_key != b.admin_key and len(a.admin_key) >= 32
+    cmd = _command(a, monkeypatch)
+    assert cmd.count("--admin-api-key") == 1 and cmd[cmd.index("--admin-api-key") + 1] == a.admin_key
+    assert a.admin_headers() == {"Authorization": f"Bearer {a.admin_key}"}
+
+
+@pytest.mark.parametrize("args", [["--admin-api-key", "mine"], ["--admin-api-key=mine"]])
+def test_a_key_on_the_command_line_is_the_servers_key(tmp_path, monkeypatch, args):
+    proc = ServerProcess(model_path="m", log_path=tmp_path / "log", extra_args=["--x", "1", *args])
+    assert proc.admin_key == "mine" and proc.admin_headers() == {"Authorization": "Bearer mine"}
+    cmd = _command(proc, monkeypatch)
+    assert sum(a.startswith("--admin-api-key") for a in cmd) == 1
+
+
+def test_no_admin_key(tmp_path, monkeypatch):
+    proc = ServerProcess(model_path="m", log_path=tmp_path / "log", admin_key=None)
+    assert "--admin-api-key" not in _command(proc, monkeypatch) and proc.admin_headers() == {}
+
+
+def test_flush_cache_sends_the_admin_key(tmp_path, monkeypatch):
+    sent = []
+    monkeypatch.setattr(server.http, "post", lambda url, payload, timeout, headers=None: sent.append(headers)
+                        or server.http.Response(200, "Cache flushed."))
+    proc = ServerProcess(model_path="m", log_path=tmp_path / "log", admin_key="k")
+    proc.flush_cache()
+    assert sent == [{"Authorization": "Bearer k"}]

@@ -308,10 +308,12 @@ class FakeServer:
     Knobs: ``leak`` (one cache for all salts), ``five_hundred`` (that malformed kind gets a 500),
     ``warm_differs`` (a cache hit changes the first logprob), ``leak_marker`` (``/flush_cache``
     logs SGLang's leak line), ``scr_cross`` (scr log: turn 2 of every conversation splices from
-    another tenant's session), ``policy``."""
+    another tenant's session), ``policy``, ``token_s`` (seconds per generated token: a slow or a
+    fast machine)."""
 
     def __init__(self, tmp: Path, policy="radix", leak=False, five_hundred=None, warm_differs=False,
-                 leak_marker=False, scr_cross=False):
+                 leak_marker=False, scr_cross=False, token_s=0.003):
+        self.token_s = token_s
         self.events, self.log = tmp / "events.jsonl", tmp / "server.log"
         self.log.write_text("The server is fired up and ready to roll!\n")
         self.policy, self.leak, self.five_hundred = policy, leak, five_hundred
@@ -397,13 +399,13 @@ class FakeServer:
                 handler.start_stream()
                 for i in range(n):
                     handler.chunk({"output_ids": ids[: i + 1]})
-                    time.sleep(0.003)
+                    time.sleep(self.token_s)
             else:
                 for _ in range(n):
                     if rid in self.aborted:
                         finish = "abort"
                         break
-                    time.sleep(0.003)
+                    time.sleep(self.token_s)
                 meta = {"cached_tokens": cached, "prompt_tokens": len(prompt),
                         "finish_reason": {"type": finish},
                         "output_token_logprobs": [[lp, t, None] for lp, t in zip(lps, ids)]}
@@ -501,10 +503,10 @@ def fake(tmp_path):
 
 
 QUICK = ["--requests", "60", "--concurrency", "3", "--idle-seconds", "0.05", "--max-new-tokens", "4",
-         "--fuzz-cases", "0", "--regex-bomb-tokens", "0", "--no-namespaces"]
+         "--fuzz-cases", "0", "--regex-bomb-tokens", "0", "--no-namespaces", "--no-routes", "--no-bounds"]
 # The request-safety phases need the patched server's schema and engine (eval/soak/safety.py; their
 # checks are tested below on recorded data, and end to end in tests/engine/test_soak.py).
-SAFETY_OFF = {"fuzz_cases": 0, "regex_bomb_tokens": 0, "namespaces": False}
+SAFETY_OFF = {"fuzz_cases": 0, "regex_bomb_tokens": 0, "namespaces": False, "routes": False, "bounds": False}
 
 
 def cli(state, url, out, *extra):
@@ -525,8 +527,8 @@ def test_cli_end_to_end_passes(fake, tmp_path, capsys):
     statuses = {name: c["status"] for name, c in report["checks"].items()}
     assert statuses == {"alive": "pass", "log_fatal": "pass", "idle_leak": "pass", "event_identity": "pass",
                         "isolation": "pass", "scr_sessions": "skipped", "exact_equality": "skipped",
-                        "malformed_4xx": "pass", "wellformed_ok": "pass", "schema_fuzz": "skipped",
-                        "regex_bomb": "skipped", "namespaces": "skipped"}
+                        "malformed_4xx": "pass", "wellformed_ok": "pass", "routes": "skipped", "schema_fuzz": "skipped",
+                        "regex_bomb": "skipped", "namespaces": "skipped", "bounds": "skipped"}
     assert "/flush_cache" in state.paths
     rows = [json.loads(line) for line in (tmp_path / "out" / "requests.jsonl").read_text().splitlines()]
     assert len(rows) == counts["sent"] and all(r["rid"].startswith(report["run"] + ".") for r in rows)
@@ -640,7 +642,8 @@ def test_usage_errors_exit_2(tmp_path, capsys, argv, message):
 
 @pytest.mark.parametrize("flags", [
     ["--requests", "0"], ["--minutes", "0"], ["--minutes", "x"], ["--concurrency", "0"],
-    ["--malformed", "some"], ["--policy", "lru"], ["--exact-sample", "-1"],
+    ["--malformed", "some"], ["--policy", "lru"], ["--exact-sample", "-1"], ["--max-latency-ratio", "0.5"],
+    ["--max-latency-ratio", "x"],
 ])
 def test_bad_flags_exit_2(tmp_path, flags):
     with pytest.raises(SystemExit) as exc:
@@ -652,3 +655,38 @@ def test_module_entry_point_exit_code(tmp_path):
     result = subprocess.run([sys.executable, "-m", "eval.soak", "--server", "http://192.0.2.1:1", "--out",
                              str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert result.returncode == 2 and "loopback" in result.stderr
+
+
+# ------------------------------------------------------------------ quotas by count (issue 33)
+
+
+@pytest.mark.parametrize("requests, concurrency, token_s", [(20, 1, 0.0), (20, 4, 0.03), (41, 3, 0.001), (41, 3, 0.05)])
+def test_a_load_bounded_by_count_sends_each_quota_whatever_the_speed(fake, tmp_path, requests, concurrency, token_s):
+    """The load's malformed requests follow its step count, not the clock: ceil(share x requests)
+    of them however fast or slow the server answers (a busy box once sent one where two were due)."""
+    import math
+
+    state, url = fake(token_s=token_s)
+    report = run_soak(url, tmp_path / "out", **SAFETY_OFF, requests=requests, concurrency=concurrency, idle_s=0.0,
+                      malformed_share=0.15, events=state.events, progress=None)
+    counts = report["counts"]
+    assert report["passed"], format_table(report)
+    assert report["config"]["minutes"] is None  # no time bound at all
+    assert counts["malformed"] == math.ceil(0.15 * requests)
+    assert list(counts["malformed_by_kind"])[:2] == ["id_over_vocab", "id_negative"]
+    rows = (tmp_path / "out" / "requests.jsonl").read_text().splitlines()
+    assert len(rows) == counts["sent"]
+
+
+def test_budget_without_a_deadline_counts_only():
+    from eval.soak.run import Budget
+
+    budget = Budget(3, None)
+    assert [budget.take() for _ in range(5)] == [True, True, True, False, False]
+
+
+@pytest.mark.parametrize("value, expected", [("none", None), ("NONE", None), ("1", 1.0), ("3.5", 3.5)])
+def test_latency_ratio_flag(value, expected):
+    from eval.soak.__main__ import latency_ratio
+
+    assert latency_ratio(value) == expected

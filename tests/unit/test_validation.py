@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from patches import plugin, validation
-from serving import field_rules, request_checks
+from serving import field_rules, request_checks, request_limits
 from serving.field_rules import (
     MAX_ABS_LOGIT_BIAS,
     MAX_EXTRA_KEY_CHARS,
@@ -579,6 +579,7 @@ def test_plugin_registers_validation_for_every_policy(fake_sglang, monkeypatch, 
         (validation.COMPLETION_VALIDATE, "after"),
         (validation.BODY_VALIDATION, "around"),
         (validation.EXTRA_KEY, "around"),
+        (validation.request_bodies.REQUEST_JSON, "around"),
     } <= registered
     assert set(validation.TARGETS) <= set(plugin.installed_targets())
     assert len([t for t, _, _ in fake_sglang.hooks if t in validation.TARGETS]) == len(validation.TARGETS)
@@ -619,3 +620,57 @@ def test_align_parallel_rids_leaves_n1_alone(sampling):
     obj = SimpleNamespace(rid=None, text="hi", input_ids=None, input_embeds=None, sampling_params=sampling)
     request_checks.align_parallel_rids(obj)
     assert obj.rid is None
+
+
+# ---------------------------------------------------------------------- request limits (issue 33)
+
+LIMITS = request_limits.RequestLimits(max_prompts=3, max_sequences=6, max_stop_regexes=2, max_stop_regex_chars=12)
+
+
+def unnormalized(**fields):
+    return SimpleNamespace(**{"sampling_params": None, "text": None, "input_ids": None, "input_embeds": None, **fields})
+
+
+@pytest.mark.parametrize("obj", [
+    unnormalized(text="x"), unnormalized(text=["a", "b", "c"]), unnormalized(input_ids=[[1], [2], [3]]),
+    unnormalized(input_ids=[1, 2, 3, 4, 5]),  # one prompt of five tokens
+    unnormalized(text=["a", "b"], sampling_params={"n": 3}), unnormalized(text="a", sampling_params={"n": 6}),
+    unnormalized(text=["a", "b"], sampling_params=[{"n": 3}, {"n": 3}]),
+    unnormalized(input_embeds=[[[0.1]], [[0.2]], [[0.3]]]),
+    unnormalized(text="a", sampling_params={"stop_regex": ["abcdef", "ghijkl"]}),
+    unnormalized(text=["a", "b"], sampling_params=[{"stop_regex": "abc"}, {"stop_regex": ["abc", "def"]}]),
+    unnormalized(sampling_params={"stop_regex": "a"}),  # no prompt: SGLang's own error comes later
+])
+def test_request_limits_accept(obj):
+    request_checks.check_request_limits(obj, LIMITS)
+
+
+@pytest.mark.parametrize("obj, message", [
+    (unnormalized(text=["a"] * 4), "text: 4 prompts in one request, over the limit of 3 (--max-prompts 3)"),
+    (unnormalized(input_ids=[[1]] * 10_000), "input_ids: 10000 prompts in one request"),
+    (unnormalized(input_embeds=[[[0.1]]] * 4), "input_embeds: 4 prompts"),
+    (unnormalized(text=["a", "b", "c"], sampling_params={"n": 3}),
+     "sampling_params.n: 3 prompts x n = 3 is 9 sequences in one request, over the limit of 6 (--max-sequences 6)"),
+    (unnormalized(text="a", sampling_params=[{"n": 7}]), "sampling_params.n: 1 prompts x n = 7 is 7 sequences"),
+    (unnormalized(text="a", sampling_params={"stop_regex": ["a", "b", "c"]}),
+     "sampling_params.stop_regex: 3 distinct patterns in one request, over the limit of 2 (--max-stop-regexes 2)"),
+    (unnormalized(text=["a", "b"], sampling_params=[{"stop_regex": "a"}, {"stop_regex": ["b", "c"]}]),
+     "sampling_params.stop_regex: 3 distinct patterns"),
+    (unnormalized(text="a", sampling_params={"stop_regex": "x" * 13}),
+     "sampling_params.stop_regex: 13 characters of patterns in one request, over the limit of 12 "
+     "(--max-stop-regex-chars 12)"),
+])
+def test_request_limits_refuse_naming_the_flag(obj, message):
+    with pytest.raises(RequestError) as info:
+        request_checks.check_request_limits(obj, LIMITS)
+    assert str(info.value).startswith(message), str(info.value)
+
+
+def test_request_limits_run_before_sglang_normalizes(monkeypatch):
+    """The normalize hook reads this server's limits (the launcher's env var)."""
+    monkeypatch.delenv(request_limits.LIMITS_ENV, raising=False)
+    with pytest.raises(RequestError, match="--max-prompts 64"):
+        validation.before_normalize(unnormalized(text=["a"] * 65))
+    monkeypatch.setenv(request_limits.LIMITS_ENV, LIMITS.to_json())
+    with pytest.raises(RequestError, match="--max-prompts 3"):
+        validation.before_normalize(unnormalized(text=["a"] * 4))
