@@ -783,7 +783,7 @@ def test_the_cpu_engine_answers_for_itself_under_cut_kept(tmp_path):
     from patches.cpu import platform as cpu_platform
 
     assert launch_server.split_invariance_failures(types.SimpleNamespace(), False) == \
-        cpu_platform.SPLIT_INVARIANCE_FAILURES
+        cpu_platform.SPLIT_INVARIANCE_FAILURES == {}  # the tiled prefill attention made it so
 
 
 # ---------------------------------------------------------------------- request limits (issue 33)
