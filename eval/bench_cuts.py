@@ -6,8 +6,8 @@ engine test). So its arms can be measured on a whole trace without a server: the
 (B = 832, R = 6,656) and ``cut=messages`` at several ``min_piece``, each under the default and the
 stable (``preserve``) rendering of the same questions, beside radix's offline estimate
 (``eval.traces.synth.radix_prefix_estimate``, 512-token chunks: 71.9 % offline and served on the
-default set). scr cannot be predicted this way; its rows come from a served run
-(``eval.bench_policies``).
+default set). This module studies exact's variants (cut rules, state budgets); the three policies
+side by side, scr included, offline, with a GPU time estimate, are ``python -m eval.offline``.
 
 Per arm: prefix / read shares, PFLOPs per question (2·N_body·(read + decode), Qwen3.6-27B), the
 forwards per question, the piece-length distribution, and a GPU estimate of what smaller pieces

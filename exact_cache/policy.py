@@ -8,7 +8,8 @@ from typing import ClassVar
 from exact_cache.config import ExactConfig
 from exact_cache.invariance import invariance_problems
 from exact_cache.rules import bound_in, keep_points_in, resume_point, snapshot_dump_name
-from policy.api import Arrival, Read, Plan, PolicyDefaults, Release, Snapshot
+from policy.api import (KERNEL_SPLIT_FAILURES, SPLIT_INVARIANCE, Arrival, Plan, PolicyDefaults, Read, Release,
+                        Snapshot)
 
 
 class ExactPolicy(PolicyDefaults):
@@ -62,10 +63,19 @@ class ExactPolicy(PolicyDefaults):
         """Settings of the resolved server that would break bit-identity or the ranks' agreement check
         (the launcher refuses them)."""
         problems = invariance_problems(settings, env, on_cuda, self.config.piece_tokens)
+        for kernel, what in (settings.get(KERNEL_SPLIT_FAILURES) or {}).items():
+            problems.append(
+                f"cut=kept needs kernels that give a row the same bits wherever its forward is split on the "
+                f"64-token grid (docs/exact.md §5.13), and {kernel} does not here: {what}; serve "
+                "--cache-policy-set cut=messages instead")
         if settings.get("enable_dp_attention"):
             problems.append("--enable-dp-attention: the ranks of one TP group would serve different requests, and "
                             "exact checks its ranks per TP group (unsupported; see docs/tensor_parallel.md)")
         return problems
+
+    def kernel_premises(self) -> tuple[str, ...]:
+        """cut=kept rests on split-invariant kernels; the launcher checks them on the device."""
+        return (SPLIT_INVARIANCE,) if self.config.cut == "kept" else ()
 
     def snapshot_budget(self) -> int:
         """``max_snapshots``: the snapshot budget in Mamba-pool slots (0: SGLang's pool sizing)."""

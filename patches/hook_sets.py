@@ -8,7 +8,7 @@ which contains failures; why each SGLang call is hooked is the hook table of doc
 | plans_at  | set               | what it adds                                                          |
 |-----------|-------------------|-----------------------------------------------------------------------|
 | match     | ``install_match``   | plan after SGLang's own match, on SGLang's own tree (radix)          |
-| tree      | ``install_tree``    | the exact tree backend that plans inside its match, chunk budgets of exactly the planned piece, batch-invariant CPU decode (exact) |
+| tree      | ``install_tree``    | the exact tree backend that plans inside its match, chunk budgets of exactly the planned piece, batch-invariant CPU decode and split-invariant CPU prefill attention (exact) |
 | enqueue   | ``install_enqueue`` | plan at enqueue; the engine port, side buffer and state shadow for the policy's step carrier, the chunked-request hooks its steps need (scr) |
 """
 
@@ -46,7 +46,8 @@ def install_match(register, spec) -> None:
 
 
 def install_tree(register, spec) -> None:
-    """The exact tree backend, chunk budgets of exactly the planned piece and, on CPU, batch-invariant decode."""
+    """The exact tree backend, chunk budgets of exactly the planned piece and, on CPU, batch-invariant decode
+    and split-invariant prefill attention."""
     from patches.cpu import platform as cpu_platform
     from patches.exact_tree import planned_first_piece, register_backend, whole_piece_budget
 
@@ -54,10 +55,13 @@ def install_tree(register, spec) -> None:
     register(plugin.ADD_CHUNKED_REQ, whole_piece_budget, "around")
     register(plugin.ADD_ONE_REQ, planned_first_piece, "around")
     if not cpu_platform.cuda_available():
-        # A decode batch must not change a row's bits (GPU: --enable-deterministic-inference).
+        # A decode batch must not change a row's bits (GPU: --enable-deterministic-inference), nor
+        # where the prefill forward that read a row started or ended (cut=kept resumes mid-forward).
         from patches import row_invariance
+        from patches.cpu import attention
 
         row_invariance.install(register)
+        attention.tile_every_prefill()
 
     def make(scheduler, policy, events, leader: bool):
         from patches.exact_tree import attach

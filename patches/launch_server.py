@@ -17,7 +17,7 @@ import os
 import sys
 
 from policy import registry
-from policy.api import CHECKPOINT_QUANTIZATION
+from policy.api import CHECKPOINT_QUANTIZATION, KERNEL_SPLIT_FAILURES, SPLIT_INVARIANCE
 from serving import checkpoint, launch_args, profile, refusals, request_limits
 from serving.event_writer import write_startup_record
 from serving.launch_args import LaunchError, add_server_defaults, apply_server_settings, snapshot_settings
@@ -171,6 +171,22 @@ def _exit_if_refused(path: str, policy: str) -> None:
         os._exit(2)
 
 
+def split_invariance_failures(server_args, cuda: bool) -> dict[str, str]:
+    """Kernel -> what differed when a forward was split on the 64-token grid, on the device that
+    will serve: on CUDA SGLang's own kernels at the served dtype and the model's per-rank shapes
+    (``patches.kernel_selftest``, a few seconds); on CPU the CPU engine's measured property
+    (``patches.cpu.platform.SPLIT_INVARIANCE``)."""
+    if not cuda:
+        from patches.cpu import platform as cpu_platform
+
+        return dict(cpu_platform.SPLIT_INVARIANCE_FAILURES)
+    from patches import kernel_selftest
+
+    dtype = server_args.dtype if server_args.dtype not in (None, "auto") else "bfloat16"
+    geometry = kernel_selftest.model_geometry(server_args.model_path, server_args.tp_size or 1)
+    return kernel_selftest.split_invariance_failures("cuda", dtype, geometry=geometry)
+
+
 def _torch_sees_a_gpu() -> bool:
     import torch
 
@@ -196,6 +212,8 @@ def _refuse_unsafe_settings(spec: registry.PolicySpec, server_args, chosen: prof
     policy = spec.build()
     resolved = {**vars(server_args), CHECKPOINT_QUANTIZATION: checkpoint.quantization(
         checkpoint.config_json(server_args.model_path, server_args.revision))}
+    if SPLIT_INVARIANCE in policy.kernel_premises():
+        resolved[KERNEL_SPLIT_FAILURES] = split_invariance_failures(server_args, cuda)
     problems = launch_args.resolved_setting_problems(policy.server_settings(), resolved)
     problems += [f"--serving-profile {chosen.name} {p}"
                  for p in launch_args.resolved_setting_problems(chosen.settings(cuda), resolved)]

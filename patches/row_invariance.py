@@ -2,8 +2,10 @@
 
 Why (``exact`` on CPU, docs/exact.md §5.10): an fp32 ``F.linear``/``matmul`` takes another code
 path for one row (GEMV) than for several (blocked GEMM), so a warm request decoded beside others
-would differ from the cold read decoded alone. Prefill needs nothing: ``exact`` prefills one
-request at a time in the same pieces warm and cold. Everything else on the decode path is per row
+would differ from the cold read decoded alone. Prefill needs no row-by-row products: ``exact``
+prefills one request at a time, every forward on the 64-token grid or the same cold and warm (its
+rows' products are then bit-identical, ``tests/reference/test_split_invariance.py``), with its
+attention in tiles from position 0 (``patches/cpu/attention.py``). Everything else on the decode path is per row
 already (torch-native attention per request, norms, the GDN recurrence, the conv) or per
 sequence by construction (the GDN gates, ``patches/cpu/kernels._decode_sequences``: an
 elementwise op's SIMD body and scalar tail round differently). On a GPU

@@ -214,6 +214,8 @@ class CachePolicy(Protocol):
 
     def startup_problems(self, settings: Mapping[str, object], env: Mapping[str, str], on_cuda: bool) -> list[str]: ...
 
+    def kernel_premises(self) -> tuple[str, ...]: ...
+
     def snapshot_budget(self) -> int: ...
 
     def token_lookups(self) -> dict[str, str]: ...
@@ -223,10 +225,15 @@ class CachePolicy(Protocol):
     def step_carrier(self, engine, logger, leader: bool) -> Any: ...
 
 
-# ``startup_problems``' settings hold the resolved ``ServerArgs`` fields plus this one: the
+# ``startup_problems``' settings hold the resolved ``ServerArgs`` fields plus these: the
 # checkpoint's declared quantization (``config.json``'s ``quant_method``, lower case; None when
-# unquantized or not on this machine), which SGLang reads only while loading the model.
+# unquantized or not on this machine), which SGLang reads only while loading the model;
 CHECKPOINT_QUANTIZATION = "checkpoint_quantization"
+# and, for a policy whose ``kernel_premises()`` names ``SPLIT_INVARIANCE``, what the launcher found
+# on the serving device: kernel name -> what differed when its forward was split on the 64-token
+# grid (empty: every kernel checked gave the same bits).
+KERNEL_SPLIT_FAILURES = "kernel_split_failures"
+SPLIT_INVARIANCE = "split_invariance"
 
 
 class PolicyDefaults:
@@ -249,6 +256,12 @@ class PolicyDefaults:
         """Why the resolved server (``ServerArgs`` fields, environment, CUDA present) cannot give
         this policy's guarantees, one message each; the launcher refuses to start on any."""
         return []
+
+    def kernel_premises(self) -> tuple[str, ...]:
+        """Kernel properties the policy's guarantee rests on, which the launcher checks on the
+        serving device before it serves (``SPLIT_INVARIANCE``: the answer arrives in the settings
+        as ``KERNEL_SPLIT_FAILURES``). Default: none."""
+        return ()
 
     def snapshot_budget(self) -> int:
         """Recurrent-state snapshots the policy keeps in SGLang's Mamba pool; the launcher sizes

@@ -5,6 +5,7 @@
 | tests/unit          | stdlib (+ torch for the kernel units)     | milliseconds        |
 | tests/reference     | torch on CPU                             | < 1 s each          |
 | tests/integration   | SGLang imported on CPU, no model served  | seconds             |
+| tests/kernels       | SGLang's Triton kernels, interpreted     | seconds each        |
 | tests/engine        | SGLang serving the tiny model on CPU     | 20-40 s per server  |
 """
 

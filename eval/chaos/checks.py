@@ -178,9 +178,11 @@ def exact_equals_replay(agreements: list[dict], shrunk: set[tuple[str, int]]) ->
     return Verdict(not bad, detail if not bad else f"{detail}; off: {bad[:2]}")
 
 
-def exact_warm_cold(probes: list[dict] | None) -> Verdict:
+def exact_warm_cold(probes: list[dict] | None, required: bool = False) -> Verdict:
+    """exact's probes: each warm read bit-identical to a cold one. ``required`` (an exact run): a
+    run that took no probe at all showed nothing, so it fails instead of reading as n/a."""
     if probes is None:
-        return na()
+        return Verdict(False, "no warm/cold probe was taken") if required else na()
     bad = [p for p in probes if p["problems"]]
     unwarm = [p for p in probes if not p["warm_cached"]]
     uncold = [p for p in probes if p["cold_cached"]]  # the fresh namespace must have reused nothing

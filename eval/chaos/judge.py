@@ -115,7 +115,7 @@ def judge(record: Record, calls, error: str | None = None) -> dict[str, Verdict]
         "restart said": checks.restart_said(segs, restarted, starts_per_file(summary)),
         "exact = replay": (checks.exact_equals_replay(exact_agreements(segs, calls, notes.get("window_sent_ts")), shrunk)
                            if record.policy == "exact" else checks.na()),
-        "exact warm = cold": checks.exact_warm_cold(notes.get("probes")) if record.policy == "exact" else checks.na(),
+        "exact warm = cold": checks.exact_warm_cold(notes.get("probes"), required=True) if record.policy == "exact" else checks.na(),
         "scr own rows": checks.scr_own_rows(segs) if record.policy == "scr" else checks.na(),
         "re-pinned": checks.re_pinned(victims, after_kill(segs, victim_file)) if record.setup == "router" else checks.na(),
         "no fatal lines": checks.no_fatal(fatal(record.logs)),

@@ -8,7 +8,7 @@ largest part). A step over its budget is flagged in the table; only the total ca
 
 from __future__ import annotations
 
-from eval.gpu_check import exact, model, preflight, radix, refusals, rotary_step, scr, startup
+from eval.gpu_check import exact, kernels, model, preflight, radix, refusals, rotary_step, scr, startup
 from eval.gpu_check.runner import Step
 
 STEPS = (
@@ -18,8 +18,10 @@ STEPS = (
     Step("model", model.run, 30, "the tiny model is bf16 and runs in bf16 on the device (vs the fp32 reference)"),
     Step("refusals", refusals.run, 60, "the launcher refuses settings that break a policy's promise (exit 2)"),
     Step("rotary", rotary_step.run, 45, "key re-rotation vs SGLang's rotary kernels at Qwen3.6's geometry, to 131,072"),
-    Step("radix", radix.run, 75, "radix under the serving profile: turn 2 hits, events written"),
-    Step("exact-64", exact.run_64, 150, "exact, piece 64: warm = cold bit for bit, alone and beside 1 and 3 neighbours"),
+    Step("kernels", kernels.run, 45, "the kept rule's premise on this GPU: the GDN chunk kernel and the unified extend "
+         "attention give a 64-grid split read the unsplit read's bits (the server's start-up self-test)"),
+    Step("radix", radix.run, 60, "radix under the serving profile: turn 2 hits, events written"),
+    Step("exact-64", exact.run_64, 120, "exact, piece 64: warm = cold bit for bit, alone and beside 1 and 3 neighbours"),
     Step("exact-832", exact.run_832, 90, "exact, piece 832: warm = cold bit for bit, alone and beside 1 and 3 neighbours"),
     Step("scr", scr.run, 120, "scr with CUDA graphs: an edited turn relocates with no fallback"),
 )

@@ -37,6 +37,7 @@ from eval.bcp import clm
 from eval.bcp.client import ChatResult, ToolCall
 from eval.traces import corpus
 from eval.traces.format import TraceCall
+from eval.traces.rendering import Renderer, template_messages  # noqa: F401 - re-exported for callers
 
 SEARCH, GET_DOCUMENT, CONTEXT, SUBMIT = "search", "get_document", "context", "submit"
 TASK_TOOLS = (SEARCH, GET_DOCUMENT)
@@ -302,56 +303,6 @@ def reasoning_text(rng: random.Random, params: StandinParams, tokens_per_word: f
     tokens = min(params.reasoning_tokens_max,
                  rng.lognormvariate(math.log(params.reasoning_tokens_median), params.reasoning_sigma))
     return corpus.prose(rng, max(3, round(tokens / tokens_per_word)), language=params.language)
-
-
-# ---- rendering with the tiny model's chat template
-
-
-def template_messages(messages: list[dict]) -> list[dict]:
-    """The messages as SGLang hands them to the template: tool-call arguments parsed from JSON
-    text into mappings (``serving_chat.normalize_assistant_tool_call_arguments``)."""
-    out = []
-    for message in messages:
-        if message.get("tool_calls"):
-            calls = [{**c, "function": {**c["function"], "arguments": _as_mapping(c["function"].get("arguments"))}}
-                     for c in message["tool_calls"]]
-            message = {**message, "tool_calls": calls}
-        out.append(message)
-    return out
-
-
-def _as_mapping(arguments) -> dict:
-    return json.loads(arguments) if isinstance(arguments, str) else dict(arguments or {})
-
-
-class Renderer:
-    """Prompt and completion token ids under the tokenizer's chat template."""
-
-    def __init__(self, tokenizer, chat_template_kwargs: dict):
-        self.tokenizer = tokenizer
-        self.kwargs = dict(chat_template_kwargs)
-        self.eos_id = tokenizer.convert_tokens_to_ids(tokenizer.eos_token)
-
-    def text(self, messages: list[dict], tools: list | None, generation_prompt: bool) -> str:
-        return self.tokenizer.apply_chat_template(template_messages(messages), tools=tools or None, tokenize=False,
-                                                  add_generation_prompt=generation_prompt, **self.kwargs)
-
-    def encode(self, text: str) -> list[int]:
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
-
-    def prompt(self, messages: list[dict], tools: list | None) -> tuple[str, list[int]]:
-        text = self.text(messages, tools, True)
-        return text, self.encode(text)
-
-    def completion(self, prompt_text: str, messages: list[dict], tools: list | None, reply: dict) -> list[int]:
-        """What the model emits after the generation prompt: the template's rendering of ``reply``
-        as the last turn, up to and including the end-of-turn token (where decoding stops)."""
-        full = self.text(messages + [reply], tools, False)
-        if not full.startswith(prompt_text):
-            raise ValueError("the chat template does not render the reply after the generation prompt")
-        tail = full[len(prompt_text):]
-        end = tail.rindex(self.tokenizer.eos_token) + len(self.tokenizer.eos_token)
-        return self.encode(tail[:end])
 
 
 # ---- the client

@@ -13,12 +13,11 @@ rendering in ``meta.render``; the summary in ``FILE.stats.json`` records it too.
 
 ``radix_prefix_estimate`` predicts what SGLang's hybrid radix cache reuses per call, offline, so
 the stand-in can be calibrated (only against radix; the exact and scr splits measured on replay
-are predictions). What it assumes is in its docstring.
+are predictions). It lives in ``tree_model.py``, which says what it assumes.
 """
 
 from __future__ import annotations
 
-import bisect
 import hashlib
 import json
 import os
@@ -27,9 +26,8 @@ import sys
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable
 
-import numpy as np
 
 from eval import render as render_mod
 from eval.bcp.agent import Agent
@@ -40,10 +38,11 @@ from eval.traces import corpus
 from eval.traces.format import TraceCall
 from eval.traces.standin import Renderer, StandIn, StandinParams
 from eval.traces.stats import format_statistics, set_statistics
+from eval.traces.tree_model import (DEFAULT_CHUNK, checkpoints, prefix_hashes,  # noqa: F401 - re-exported
+                                    radix_prefix_estimate)
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_QUESTIONS = 10  # the benchmark's default set (eval/bench_policies.py)
-DEFAULT_CHUNK = 512  # the paper's serving recipe: --chunked-prefill-size 512 (docs/eval.md §2.4)
 
 
 # ---- the tiny tokenizer
@@ -169,72 +168,6 @@ def synthesize(tokenizer, num_questions: int = DEFAULT_QUESTIONS, seed: int = 0,
     for call in standin.calls:
         call.meta["render"] = render
     return Synthesis(standin.calls, records, render)
-
-
-# ---- the radix estimate
-
-
-def prefix_hashes(ids: np.ndarray) -> np.ndarray:
-    """``h[k]`` identifies ``ids[:k]`` among prefixes of length k: sum of (t_j + 1) * P^j mod 2^64.
-    Matches are verified token by token, so a collision costs time, never a wrong answer."""
-    powers = np.cumprod(np.full(len(ids), 0x9E3779B97F4A7C15, dtype=np.uint64), dtype=np.uint64)
-    return np.concatenate([[np.uint64(0)], np.cumsum((ids.astype(np.uint64) + np.uint64(1)) * powers,
-                                                    dtype=np.uint64)])
-
-
-class _StateIndex:
-    """Recurrent-state checkpoints: (salt, position) -> {prefix hash: the sequence holding it}."""
-
-    def __init__(self):
-        self.by_key: dict[tuple, dict[int, int]] = {}
-        self.positions: list[int] = []
-        self.sequences: list[np.ndarray] = []
-
-    def add(self, salt, ids: np.ndarray, hashes: np.ndarray, positions: Sequence[int]) -> None:
-        self.sequences.append(ids)
-        for pos in positions:
-            key = (salt, pos)
-            if key not in self.by_key:
-                self.by_key[key] = {}
-                bisect.insort(self.positions, pos)
-            self.by_key[key].setdefault(int(hashes[pos]), len(self.sequences) - 1)
-
-    def longest(self, salt, ids: np.ndarray, hashes: np.ndarray, limit: int) -> int:
-        """The deepest checkpoint at or before ``limit`` whose prefix equals ``ids``' prefix."""
-        for pos in reversed(self.positions[:bisect.bisect_right(self.positions, limit)]):
-            holder = self.by_key.get((salt, pos), {}).get(int(hashes[pos]))
-            if holder is not None and np.array_equal(self.sequences[holder][:pos], ids[:pos]):
-                return pos
-        return 0
-
-
-def checkpoints(resume: int, prompt_len: int, sequence_len: int, chunk: int) -> list[int]:
-    """Where a request leaves recurrent states: every prefill chunk end after its resume point,
-    the prompt end, and the end of prompt + completion[:-1]."""
-    ends = list(range(resume + chunk, prompt_len, chunk)) + [prompt_len, sequence_len]
-    return sorted(set(p for p in ends if p > 0))
-
-
-def radix_prefix_estimate(calls: Sequence[TraceCall], chunk: int = DEFAULT_CHUNK) -> list[int]:
-    """Prompt tokens SGLang's hybrid radix cache would reuse for each call, replayed in order.
-
-    Assumed (``docs/sglang.md`` §3.3-3.4): the ``no_buffer`` strategy, which SGLang resolves
-    to with overlap scheduling off and page size 1 (the paper's serving flags). A request may resume
-    only where the tree holds a recurrent state for the exact token prefix: at the end of every
-    prefill chunk of an earlier request (chunks of ``chunk`` tokens counted from where that request
-    resumed), at an earlier prompt's end, or at the end of an earlier prompt + completion[:-1] (the
-    finished request; the last token is never run). At least one prompt token is always
-    recomputed. The tree is keyed by ``cache_salt``. No eviction (the real measurement comes from
-    serving)."""
-    index, reused = _StateIndex(), []
-    for call in calls:
-        prompt = np.asarray(call.prompt_ids, dtype=np.int64)
-        resume = index.longest(call.cache_salt, prompt, prefix_hashes(prompt), len(prompt) - 1)
-        reused.append(resume)
-        sequence = np.concatenate([prompt, np.asarray(call.completion_ids[:-1], dtype=np.int64)])
-        index.add(call.cache_salt, sequence, prefix_hashes(sequence),
-                  checkpoints(resume, len(prompt), len(sequence), chunk))
-    return reused
 
 
 # ---- the summary

@@ -68,6 +68,14 @@ CPU_SERVER_DEFAULTS: tuple[tuple[str, object, object], ...] = (
     ("dtype", "auto", "float32"),
 )
 
+# What the CPU engine does to exact's kept rule (docs/exact.md §5.13): kernel -> why a row's bits
+# would depend on where its prefill forward is split on the 64-token grid; the launcher refuses
+# cut=kept while this names anything. Empty: under exact the prefill attention runs in 64-position
+# tiles from position 0 (patches/cpu/attention.py), the one op that broke it (torch's CPU flash
+# attention blocks by query length); every other prefill op is pinned on the grid by
+# tests/reference/test_split_invariance.py, and tests/engine/test_exact_kept.py checks warm = cold.
+SPLIT_INVARIANCE_FAILURES: dict[str, str] = {}
+
 # The recurrent conv window is stored in this dtype (SGLang defaults it to bf16); keeping it
 # in the activation dtype makes a state saved at a forward end lossless on CPU, as bf16 is on GPU.
 CONV_STATE_DTYPE_ENV = "SGLANG_MAMBA_CONV_DTYPE"

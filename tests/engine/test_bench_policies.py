@@ -1,8 +1,10 @@
 """``python -m eval.bench_policies`` on a 1-question synthetic CLM set (15 calls, 53k prompt tokens, edits included): the same trace
 replayed under radix, exact and scr with forced decoding, every ingest check passing, exact's
-reuse equal to ``exact_cache.replay`` on every call, and the table written.
+reuse equal to ``exact_cache.replay`` on every call, and the table written; then the offline
+estimate of every arm (``python -m eval.offline``, no server) against that served run.
 
-Three servers one after another on the long-context tiny model (a few minutes in all).
+Three servers one after another on the long-context tiny model (a few minutes in all), shared by
+the module's tests.
 """
 
 from __future__ import annotations
@@ -27,12 +29,23 @@ def small_trace(tmp_path_factory):
     return path
 
 
-def test_bench_on_the_small_set(small_trace):
+CONCURRENCY = 2
+OFFLINE_TOLERANCE = 0.005  # half a point of the prompt tokens
+
+
+@pytest.fixture(scope="module")
+def served(small_trace):
+    """The benchmark's served run of the small set: (its summary, its folder)."""
     from eval.tiny_model import cached_build
 
     out = ARTIFACTS / "bench-small"
-    summary = bench_policies.bench(small_trace, out, parse_arms(None), concurrency=2,
+    summary = bench_policies.bench(small_trace, out, parse_arms(None), concurrency=CONCURRENCY,
                                    model_dir=cached_build(ARTIFACTS, max_positions=131072))
+    return summary, out
+
+
+def test_bench_on_the_small_set(small_trace, served):
+    summary, out = served
     calls = read_trace(small_trace)
     results = summary["results"]
     for policy, result in results.items():
@@ -58,3 +71,18 @@ def test_bench_on_the_small_set(small_trace):
     assert results["scr"]["relocation_read_bound"]["tokens"] >= 0 and "relocation_read_bound" not in results["radix"]
     for plot in ("provenance_stack.png", "read_cdf.png"):
         assert (out / "compare" / plot).stat().st_size > 0
+
+
+def test_the_offline_estimate_agrees_with_the_served_run(small_trace, served):
+    """Every served arm's prefix / moved / read shares within half a point of ``eval.offline``'s
+    estimate, the calls taken in the replay's arrival order at the served concurrency."""
+    from eval.offline.run import measure
+
+    summary, out = served
+    offline = measure(small_trace, concurrency=CONCURRENCY)["arms"]
+    table = json.loads((out / "compare" / "table.json").read_text())["table"]
+    for arm in summary["results"]:
+        for share in ("prefix", "moved", "read"):
+            assert abs(table[arm][f"{share}_share"] - offline[arm][share]) <= OFFLINE_TOLERANCE, (
+                arm, share, table[arm][f"{share}_share"], offline[arm][share])
+    assert offline["scr"]["moved"] > 0  # the check covers a relocating arm

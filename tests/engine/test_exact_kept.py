@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import pytest
 
-from eval.server import output_record
-from tests.engine.conftest import assert_equals_reference, start_server
+from tests.engine.conftest import start_server
 from tests.engine.prompts import prompt_ids
-from tests.engine.test_exact_server import BASE, edited
-from tests.reference.exact_oracle import expected_reuse
+from tests.engine.test_exact_server import BASE, edited, run_and_compare
 
 pytestmark = pytest.mark.engine
 
-B, R, DECODE = 128, 256, 6
+B, R = 128, 256
 
 
 @pytest.fixture(scope="module")
@@ -34,20 +32,6 @@ def kept_server(tiny_model_dir, tmp_path_factory):
     assert server.fatal_lines() == [], server.log_tail()
 
 
-def compare(server, prompts, reference):
-    server.flush_cache()
-    warm = [output_record(server.generate(p, DECODE)) for p in prompts]
-    assert [w["cached_tokens"] for w in warm] == expected_reuse(prompts, piece=B, retain_every=R, kept=True)
-    for prompt, record in zip(prompts, warm):
-        server.flush_cache()
-        cold = output_record(server.generate(prompt, DECODE))
-        assert cold["cached_tokens"] == 0
-        assert_equals_reference(reference, prompt, cold, "cold read")
-        assert record["output_ids"] == cold["output_ids"]
-        assert record["logprobs"] == cold["logprobs"]  # bit for bit
-    return warm
-
-
 KEPT_CASES = {
     "repeat": [BASE, BASE],
     "append": [BASE, BASE + prompt_ids(103, 90)],
@@ -59,7 +43,7 @@ KEPT_CASES = {
 
 @pytest.mark.parametrize("name", list(KEPT_CASES))
 def test_kept_rule_warm_equals_cold(kept_server, reference, name):
-    warm = compare(kept_server, KEPT_CASES[name], reference)
+    warm = run_and_compare(kept_server, KEPT_CASES[name], reference, piece=B, retain_every=R, kept=True)
     assert warm[0]["cached_tokens"] == 0
     if name in ("repeat", "append"):
         assert warm[1]["cached_tokens"] == 576  # the prompt end floored to the grid: off the chunk grid (128)

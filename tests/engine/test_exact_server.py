@@ -48,13 +48,13 @@ def exact_server(tiny_model_dir, tmp_path_factory):
 
 
 def run_and_compare(server, prompts: list[list[int]], reference, *, spec_drop: int = 0, check_reuse: bool = True,
-                    piece: int = B, retain_every: int = R):
+                    piece: int = B, retain_every: int = R, kept: bool = False):
     """Serve ``prompts`` warm, then each one cold; each cold answer against the reference, each
     warm one against its cold one bit for bit. Returns the warm records."""
     server.flush_cache()
     warm = [output_record(server.generate(p, DECODE, rid=f"w{i}-{id(prompts)}")) for i, p in enumerate(prompts)]
     if check_reuse:
-        expected = expected_reuse(prompts, piece=piece, retain_every=retain_every, spec_drop=spec_drop)
+        expected = expected_reuse(prompts, piece=piece, retain_every=retain_every, spec_drop=spec_drop, kept=kept)
         assert [w["cached_tokens"] for w in warm] == expected
     referenced: set[tuple] = set()  # a prompt served twice is checked against the reference once
     for prompt, record in zip(prompts, warm):

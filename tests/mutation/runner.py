@@ -1,5 +1,6 @@
 """Run the mutation pass: copy the repository, plant each mutant in the copy, run the tests that
-import the mutated module, and report which mutants survive (``docs/mutation.md``).
+import the mutated module (unit, reference and integration tiers: none starts a server), and
+report which mutants survive (``docs/mutation.md``).
 
 The repository itself is never written: every mutant is planted in a copy under ``--workdir``
 (one copy per job). Standard library only.
@@ -26,8 +27,17 @@ from pathlib import Path
 from tests.mutation.operators import OPERATORS, Mutant, apply, enumerate_mutants
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("policy", "exact_cache", "scr", "eval/accounting")
-TEST_DIRS = ("tests/unit", "tests/reference")
+# What is mutated: packages (every .py file directly in the folder) and single modules. The first
+# four were the pass of 2026-12-03; the rest hold the decisions added since (issue 37). Of patches/,
+# only the modules that decide something: the rest is SGLang glue that the engine tier tests.
+TARGETS = ("policy", "exact_cache", "scr", "eval/accounting",
+           "serving", "patches/executor.py", "patches/exact_tree.py", "patches/validation.py",
+           "eval/chaos", "eval/replay/retry.py")
+TEST_DIRS = ("tests/unit", "tests/reference", "tests/integration")  # in the order they run; no server in any
+# Test files too slow to run once per mutant, and why (they are still run by scripts/test.sh).
+SLOW_TESTS = {
+    "tests/integration/test_overlay_hooks.py": "starts a fresh SGLang process per scenario (minutes per run)",
+}
 ENGINE_MODULES = frozenset({"torch", "sglang", "triton"})
 COPY_IGNORED = (".venv", ".git", ".artifacts", "runs", "__pycache__", ".hypothesis", ".pytest_cache")
 # Small cached test inputs the unit/reference tiers read from .artifacts (built on demand if absent).
@@ -43,6 +53,7 @@ class Module:
     tests: list[str] = field(default_factory=list)
     skipped: str = ""  # why the module is not mutated
     via: list[str] = field(default_factory=list)  # when no test imports it: the modules the tests reach it by
+    engine: list[str] = field(default_factory=list)  # engine packages it imports at import time
 
 
 def dotted(path: str) -> str:
@@ -51,7 +62,9 @@ def dotted(path: str) -> str:
 
 def imported_modules(source: str) -> set[str]:
     """Every module an ``import`` statement names (module level or in a function); for
-    ``from pkg import name`` both ``pkg`` and ``pkg.name`` (``name`` may be a submodule)."""
+    ``from pkg import name`` both ``pkg`` and ``pkg.name`` (``name`` may be a submodule); and the
+    module named by a string literal in ``pytest.importorskip("...")`` or
+    ``importlib.import_module("...")`` (how a test imports a module that needs SGLang)."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
@@ -59,7 +72,20 @@ def imported_modules(source: str) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             found.add(node.module)
             found.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr in ("importorskip", "import_module") and node.args
+              and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            found.add(node.args[0].value)
     return found
+
+
+def engine_imports(source: str) -> list[str]:
+    """The engine packages (torch, SGLang, triton) ``source`` imports when it is imported: its
+    module-level import statements only (an import inside a function runs when it is called)."""
+    tree = ast.parse(source)
+    top = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+    names = imported_modules(ast.unparse(ast.Module(body=top, type_ignores=[])))
+    return sorted({m.split(".")[0] for m in names} & ENGINE_MODULES)
 
 
 def importers(root: Path) -> dict[str, set[str]]:
@@ -72,34 +98,61 @@ def importers(root: Path) -> dict[str, set[str]]:
     return found
 
 
-def discover(root: Path, packages: tuple[str, ...] = PACKAGES) -> list[Module]:
-    """The pure modules of ``packages`` (no torch/SGLang import) with the test files importing them."""
+def test_imports(root: Path) -> dict[str, set[str]]:
+    """Test file -> the modules it imports, directly or through a helper module of the test folders
+    (a file not named ``test_*``, e.g. ``tests/integration/scr_fake_engine.py``); slow files left out."""
+    helpers = {}
+    for folder in TEST_DIRS:
+        for path in sorted((root / folder).glob("*.py")):
+            if not path.name.startswith("test_"):
+                helpers[dotted(str(path.relative_to(root)))] = imported_modules(path.read_text())
     tests = {}
     for folder in TEST_DIRS:
         for path in sorted((root / folder).glob("test_*.py")):
-            tests[str(path.relative_to(root))] = imported_modules(path.read_text())
-    modules = []
-    for package in packages:
-        for path in sorted((root / package).glob("*.py")):
             rel = str(path.relative_to(root))
-            module = Module(dotted(rel), rel)
-            source = path.read_text()
-            engine = sorted({m.split(".")[0] for m in imported_modules(source)} & ENGINE_MODULES)
-            if engine:
-                module.skipped = f"imports {', '.join(engine)}"
-            elif not enumerate_mutants(source):
-                module.skipped = "no mutable code"
-            module.tests = sorted(t for t, mods in tests.items() if module.name in mods)
-            if not module.skipped and not module.tests:
-                # one hop: the test files that import a repository module importing this one
-                module.via = sorted(m for m, mods in importers(root).items() if module.name in mods)
-                module.tests = sorted(t for t, mods in tests.items() if mods & set(module.via))
-                if not module.tests:
-                    module.skipped = "no unit/reference test file imports it"
-            # with -x the run stops at the first failure: the module's own test file goes first
-            stem = module.name.rsplit(".", 1)[-1]
-            module.tests.sort(key=lambda t: (stem not in Path(t).stem, t))
-            modules.append(module)
+            if rel in SLOW_TESTS:
+                continue
+            mods = imported_modules(path.read_text())
+            for helper in mods & set(helpers):
+                mods = mods | helpers[helper]
+            tests[rel] = mods
+    return tests
+
+
+def target_files(root: Path, targets: tuple[str, ...]) -> list[Path]:
+    """The .py files of ``targets`` (a package folder: its files, not its subpackages; or one file)."""
+    files: list[Path] = []
+    for target in targets:
+        files += [root / target] if target.endswith(".py") else sorted((root / target).glob("*.py"))
+    return files
+
+
+def discover(root: Path, targets: tuple[str, ...] = TARGETS) -> list[Module]:
+    """The modules of ``targets`` with the test files importing them. A module that imports torch or
+    SGLang when imported is mutated like any other (the pass of 2026-12-03 skipped them): the
+    integration tier runs it against SGLang's real objects, without a server."""
+    tests = test_imports(root)
+    tier = {folder: i for i, folder in enumerate(TEST_DIRS)}
+    modules = []
+    for path in target_files(root, targets):
+        rel = str(path.relative_to(root))
+        module = Module(dotted(rel), rel)
+        source = path.read_text()
+        if not enumerate_mutants(source):
+            module.skipped = "no mutable code"
+        module.engine = engine_imports(source)
+        module.tests = sorted(t for t, mods in tests.items() if module.name in mods)
+        if not module.skipped and not module.tests:
+            # one hop: the test files that import a repository module importing this one
+            module.via = sorted(m for m, mods in importers(root).items() if module.name in mods)
+            module.tests = sorted(t for t, mods in tests.items() if mods & set(module.via))
+            if not module.tests:
+                module.skipped = "no test file imports it"
+        # with -x the run stops at the first failure: the module's own test files go first, then
+        # the tiers in order (the integration tier imports SGLang: seconds before the first test)
+        stem = module.name.rsplit(".", 1)[-1]
+        module.tests.sort(key=lambda t: (stem not in Path(t).stem, tier[str(Path(t).parent)], t))
+        modules.append(module)
     return modules
 
 
@@ -128,17 +181,21 @@ def make_copy(root: Path, target: Path) -> Path:
     return target
 
 
-def environment() -> dict[str, str]:
+def environment(copy: Path) -> dict[str, str]:
+    """The tests' environment in ``copy``. ``PYTHONPATH`` is the copy: the venv's ``.pth`` file
+    imports ``patches.cpu.preimport`` at interpreter start (scripts/setup_env.sh), before the
+    working folder is on ``sys.path``, and the editable install would resolve ``patches`` (and
+    what it imports) to the checkout, so a mutant of ``patches/`` would never be run."""
     env = dict(os.environ)
-    env.update(PYTHONDONTWRITEBYTECODE="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    env.pop("PYTHONPATH", None)
+    env.update(PYTHONDONTWRITEBYTECODE="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
+               PYTHONPATH=str(copy))
     return env
 
 
 def run_tests(copy: Path, tests: list[str], timeout: float) -> tuple[int | None, float, str]:
     """(exit code or None on timeout, seconds, output tail)."""
     start = time.monotonic()
-    proc = subprocess.Popen([sys.executable, *PYTEST, *tests], cwd=copy, env=environment(),
+    proc = subprocess.Popen([sys.executable, *PYTEST, *tests], cwd=copy, env=environment(copy),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         out, _ = proc.communicate(timeout=timeout)
@@ -151,8 +208,10 @@ def run_tests(copy: Path, tests: list[str], timeout: float) -> tuple[int | None,
 
 def check_copy_is_imported(copy: Path) -> None:
     """The copy's packages, not the checkout's, are what the tests import."""
-    code = "import policy, scr, exact_cache, eval.accounting as a; print(policy.__file__, scr.__file__, a.__file__)"
-    out = subprocess.run([sys.executable, "-c", code], cwd=copy, env=environment(), capture_output=True, text=True,
+    code = ("import sys, policy, scr, exact_cache, serving, patches, eval.chaos as c; "
+            "print(*(m.__file__ for name, m in sorted(sys.modules.items()) if name.split('.')[0] in "
+            f"{sorted({t.split('/')[0] for t in TARGETS})!r} and getattr(m, '__file__', None)))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=copy, env=environment(copy), capture_output=True, text=True,
                          check=True).stdout.split()
     bad = [p for p in out if not Path(p).resolve().is_relative_to(copy.resolve())]
     if bad:
@@ -161,8 +220,8 @@ def check_copy_is_imported(copy: Path) -> None:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="scripts/mutation_pass.py", description=__doc__.split("\n\n")[0])
-    p.add_argument("--modules", nargs="*", help="dotted module names or paths (default: every pure module "
-                                                 "of policy/, exact_cache/, scr/, eval/accounting/)")
+    p.add_argument("--modules", nargs="*", help="dotted module names, file paths or package folders "
+                                                 f"(default: every module of {', '.join(TARGETS)})")
     p.add_argument("--max-per-module", type=int, default=None, help="sample at most this many mutants per module")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (with --max-per-module)")
     p.add_argument("--jobs", type=int, default=1, help="mutants run at once, one repository copy each")
@@ -183,7 +242,13 @@ def main(argv: list[str] | None = None) -> int:
     operators = tuple(args.operators)
     modules = discover(ROOT)
     if args.modules:
-        wanted = {dotted(m) if m.endswith(".py") else m for m in args.modules}
+        wanted = set()
+        for item in args.modules:
+            folder = item.rstrip("/")
+            if (ROOT / folder).is_dir():  # a package: its modules among the targets'
+                wanted |= {m.name for m in modules if str(Path(m.path).parent) == folder}
+            else:
+                wanted.add(dotted(item) if item.endswith(".py") else item)
         unknown = wanted - {m.name for m in modules}
         if unknown:
             raise SystemExit(f"unknown modules: {sorted(unknown)}")
@@ -210,7 +275,8 @@ def main(argv: list[str] | None = None) -> int:
         return render_again(Path(args.render), modules, plan, args)
     if args.list:
         for module in modules:
-            print(f"{module.name:32} {module.skipped or ''}")
+            engine = f"imports {', '.join(module.engine)} at import time" if module.engine else ""
+            print(f"{module.name:32} {module.skipped or engine}")
             via = f" (via {', '.join(module.via)})" if module.via else ""
             print(f"{'':32} tests{via}: {' '.join(module.tests) or '-'}")
         for module, chosen, total in plan:

@@ -177,6 +177,9 @@ def test_warm_equals_cold_needs_probes_that_reused_something():
     assert not checks.exact_warm_cold([{**good, "problems": ["logprobs differ at [3]"]}]).ok
     assert not checks.exact_warm_cold([{**good, "warm_cached": 0}]).ok
     assert not checks.exact_warm_cold([]).ok
+    # an exact run that never took its probes fails; another policy's reads as n/a
+    assert checks.exact_warm_cold(None, required=True) == checks.Verdict(False, "no warm/cold probe was taken")
+    assert checks.exact_warm_cold(None).ok is None
 
 
 def test_identities_accept_only_the_missing_events_the_disk_explains():

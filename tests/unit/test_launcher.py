@@ -740,6 +740,52 @@ def test_the_launcher_refuses_a_quantized_kv_cache_for_both_policies(
         "on every move and drift from a cold read") + "; use --kv-cache-dtype auto (or bf16)"]
 
 
+# ---------------------------------------------------------------------- the kept rule's kernel guard
+
+
+@pytest.mark.parametrize("failures, refused", [({}, False), ({"gdn_chunk": "split at 64: output differs"}, True)],
+                         ids=["invariant", "split-variant"])
+def test_cut_kept_is_refused_on_cuda_unless_the_kernels_hold_split_invariance(
+        tmp_path, monkeypatch, capsys, failures, refused):
+    """The launcher asks the device (``split_invariance_failures``) only for a policy whose premise
+    it is, and exits 2 naming the kernel and pointing at cut=messages when a split changed bits."""
+    from patches import launch_server
+    from serving import profile
+
+    (tmp_path / "config.json").write_text("{}")
+    asked = []
+    monkeypatch.setattr(launch_server, "split_invariance_failures", lambda args, cuda: asked.append(cuda) or failures)
+    monkeypatch.setattr(launch_server, "_torch_sees_a_gpu", lambda: True)
+    for key, value in profile.get("matched").environment(True).items():
+        monkeypatch.setenv(key, value)
+    spec, chosen, server_args = _resolved_server("exact", ["cut=kept", "message_end=", "piece_tokens=832"], True,
+                                                 "auto", tmp_path)
+    if not refused:
+        launch_server._refuse_unsafe_settings(spec, server_args, chosen, True)
+    else:
+        with pytest.raises(SystemExit) as stopped:
+            launch_server._refuse_unsafe_settings(spec, server_args, chosen, True)
+        assert stopped.value.code == 2
+        [line] = [line for line in capsys.readouterr().err.splitlines() if line.startswith("  - ")]
+        assert "cut=kept needs kernels that give a row the same bits" in line
+        assert "gdn_chunk does not here: split at 64: output differs" in line and line.endswith("cut=messages instead")
+    assert asked == [True]
+    grid, grid_chosen, grid_args = _resolved_server("exact", ["piece_tokens=832"], True, "auto", tmp_path)
+    launch_server._refuse_unsafe_settings(grid, grid_args, grid_chosen, True)
+    assert asked == [True]  # cut=grid rests on no such premise: the device is not asked
+
+
+def test_the_cpu_engine_answers_for_itself_under_cut_kept(tmp_path):
+    """On CPU the answer is the CPU engine's measured property (patches/cpu/platform.py), not a kernel run."""
+    import types
+
+    from patches import launch_server
+    from patches.cpu import platform as cpu_platform
+
+    assert launch_server.split_invariance_failures(types.SimpleNamespace(), False) == \
+        cpu_platform.SPLIT_INVARIANCE_FAILURES == {}  # the tiled prefill attention made it so
+
+
 # ---------------------------------------------------------------------- request limits (issue 33)
 
 
