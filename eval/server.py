@@ -74,6 +74,17 @@ def _flag_value(argv: list[str], flag: str) -> str | None:
     return value
 
 
+def new_admin_key() -> str:
+    """A fresh random admin key: hex, so it never starts with ``-`` (a url-safe token does one time
+    in 64, and argparse then reads it as a flag: the server exits with "expected one argument")."""
+    return secrets.token_hex(24)
+
+
+def admin_key_arg(key: str) -> str:
+    """``--admin-api-key=KEY``: the one form argparse accepts for every key, a leading ``-`` included."""
+    return f"{ADMIN_KEY_FLAG}={key}"
+
+
 class PortTaken(RuntimeError):
     """The server could not bind its HTTP port: something took it between choice and bind."""
 
@@ -125,7 +136,7 @@ class ServerProcess:
     cpus: list[int] | None = None  # CPU cores the server's processes may run on (default: all)
     # --admin-api-key: a fresh random key by default, None for none (admin routes then refused to
     # everyone); an --admin-api-key in extra_args wins.
-    admin_key: str | None = field(default_factory=lambda: secrets.token_urlsafe(24))
+    admin_key: str | None = field(default_factory=lambda: new_admin_key())
     process: subprocess.Popen | None = None
 
     def __post_init__(self) -> None:
@@ -166,7 +177,7 @@ class ServerProcess:
     def _start_once(self) -> "ServerProcess":
         module = "sglang.launch_server" if self.stock else "patches.launch_server"
         given = _flag_value(self.extra_args, ADMIN_KEY_FLAG) is not None
-        key = [ADMIN_KEY_FLAG, self.admin_key] if self.admin_key and not given else []
+        key = [admin_key_arg(self.admin_key)] if self.admin_key and not given else []
         cmd = [sys.executable, "-m", module, "--model-path", self.model_path,
                "--host", "127.0.0.1", "--port", str(self.port), *self.extra_args, *key]
         env = server_env(self.env)

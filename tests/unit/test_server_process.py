@@ -6,6 +6,7 @@ CI once failed here: a port chosen with ``bind(0)`` was handed to another proces
 
 from __future__ import annotations
 
+import argparse
 import json
 import random
 import socket
@@ -276,8 +277,26 @@ def test_every_server_gets_a_fresh_admin_key(tmp_path, monkeypatch):
     a, b = (ServerProcess(model_path="m", log_path=tmp_path / "log") for _ in range(2))
     assert a.admin_key and b.admin_key and a.admin_key != b.admin_key and len(a.admin_key) >= 32
     cmd = _command(a, monkeypatch)
-    assert cmd.count("--admin-api-key") == 1 and cmd[cmd.index("--admin-api-key") + 1] == a.admin_key
+    assert [arg for arg in cmd if arg.startswith("--admin-api-key")] == [f"--admin-api-key={a.admin_key}"]
     assert a.admin_headers() == {"Authorization": f"Bearer {a.admin_key}"}
+
+
+def test_generated_keys_never_look_like_a_flag():
+    """CI once failed here: a url-safe token began with ``-`` and SGLang's argparse read it as a flag
+    (``--admin-api-key: expected one argument``, the server exited 2). 2,000 draws see a leading
+    ``-`` with probability 1 - (63/64)**2000 for the old generator."""
+    assert not any(server.new_admin_key().startswith("-") for _ in range(2000))
+
+
+@pytest.mark.parametrize("key", ["-starts-with-a-dash", "--looks-like-a-flag", "plain"])
+def test_the_key_argument_survives_argparse(key):
+    """The form put on the command line parses back to the key, whatever its first character, with
+    the flag declared as SGLang declares it (``type=str``, one value)."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument(server.ADMIN_KEY_FLAG, type=str, default=None)
+    parser.add_argument("--model-path", type=str)
+    parsed = parser.parse_args(["--model-path", "m", server.admin_key_arg(key)])
+    assert parsed.admin_api_key == key
 
 
 @pytest.mark.parametrize("args", [["--admin-api-key", "mine"], ["--admin-api-key=mine"]])
