@@ -13,12 +13,12 @@ tokens: a warm read whose shared KV rows came from another piece (the rule that 
 
 from __future__ import annotations
 
-import re
-
 import pytest
 
 from eval.server import output_record, wait_for_events
 from tests.engine.conftest import assert_equals_reference, start_server
+from tests.engine.exact_checks import (LONG_CONTEXT_ARGS, im_end, long_context_model, long_conversation, messages,
+                                         warm_beside_neighbours)
 from tests.engine.prompts import prompt_ids
 from tests.reference.exact_oracle import ExactOracle, expected_reuse
 
@@ -26,12 +26,6 @@ pytestmark = pytest.mark.engine
 
 B, R, MIN = 64, 256, 16
 DECODE = 24
-
-
-def im_end(model_dir) -> int:
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(model_dir)).convert_tokens_to_ids("<|im_end|>")
 
 
 @pytest.fixture(scope="module")
@@ -47,14 +41,6 @@ def message_server(tiny_model_dir, tmp_path_factory):
     server.stop()
     assert server.fatal_lines() == [], server.log_tail()
     assert "read [" not in server.log_text()  # no forward off the planned pieces
-
-
-def messages(end: int, *spec: tuple[int, int]) -> list[int]:
-    """Messages of (seed, length), each closed by the message-end token."""
-    out: list[int] = []
-    for seed, length in spec:
-        out += prompt_ids(seed, length - 1) + [end]
-    return out
 
 
 def oracle_args(server):
@@ -98,16 +84,12 @@ def test_long_context_message_cuts_past_8k(tmp_path):
     the grid rule at 7,488 at best), its read runs past 8,192, and it equals the cold read bit for
     bit, which equals the reference. (Sized so one server start, two long reads and one reference
     read are the cost.)"""
-    from eval.tiny_model import LONG_CONTEXT_POSITIONS, cached_build
-    from tests.conftest import ARTIFACTS
     from tests.reference.hybrid_reference import Reference
 
-    model = cached_build(ARTIFACTS, max_positions=LONG_CONTEXT_POSITIONS)
+    model = long_context_model()
     im = im_end(model)
-    spec = [(400 + n, 750) for n in range(11)]
-    base, deleted = messages(im, *spec, (420, 100), (421, 150)), messages(im, *spec, (421, 150))
-    args = ["--context-length", "16384", "--max-total-tokens", "20480", "--max-running-requests", "1",
-            "--cache-policy", "exact", "--cache-policy-set", "cut=messages"]
+    base, deleted = long_conversation(im)
+    args = [*LONG_CONTEXT_ARGS, "--max-running-requests", "1", "--cache-policy", "exact", "--cache-policy-set", "cut=messages"]
     server = start_server(model, tmp_path, "exact-long-messages", args, state_pool=False)
     try:
         server.flush_cache()
@@ -183,31 +165,11 @@ def test_turns_append_the_answer_and_a_new_message(message_server, reference):
 
 
 def test_a_warm_answer_beside_three_decoding_neighbours_is_the_cold_solo_answer(message_server, reference):
-    """Resumed at a message boundary, decoded in one batch with 3 others (own namespaces): ids and
-    logprobs equal the cold read decoded alone, which equals the reference; the decode log must
-    show a batch of 4 rows."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    im, server = message_server.im_end, message_server
-    base = messages(im, *SPEC)
-    prompt = messages(im, *SPEC[:2], *SPEC[3:])
+    """Resumed at a message boundary, decoded in one batch with 3 others
+    (``exact_checks.warm_beside_neighbours``): ids and logprobs equal the cold read decoded alone,
+    which equals the reference."""
+    im = message_server.im_end
     others = [messages(im, (330 + n, 120), (340 + n, 80)) for n in range(3)]
-    server.flush_cache()
-    server.generate(base, 2)
-    tokens, log_start = 24, len(server.log_text())
-
-    def ask(ids, key, count):
-        return output_record(server.generate(ids, count, extra_key=key))
-
-    with ThreadPoolExecutor(4) as pool:
-        futures = [pool.submit(ask, ids, f"neighbour-{n}", tokens * 4) for n, ids in enumerate(others)]
-        warm = pool.submit(ask, prompt, None, tokens).result()
-        [f.result() for f in futures]
-    sizes = {int(n) for n in re.findall(r"Decode batch.*?#running-req: (\d+)", server.log_text()[log_start:])}
-    assert 4 in sizes, f"never decoded 4 rows together: {sorted(sizes)}"
+    warm, _ = warm_beside_neighbours(message_server, reference, messages(im, *SPEC[:2], *SPEC[3:]), others,
+                                     history=[messages(im, *SPEC)])
     assert warm["cached_tokens"] == 240
-    server.flush_cache()
-    cold = output_record(server.generate(prompt, tokens))
-    assert cold["cached_tokens"] == 0
-    assert_equals_reference(reference, prompt, cold, "cold solo read")
-    assert (warm["output_ids"], warm["logprobs"]) == (cold["output_ids"], cold["logprobs"])

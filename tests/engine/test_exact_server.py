@@ -11,12 +11,11 @@ prompts served so far (the no-eviction cases).
 
 from __future__ import annotations
 
-import re
-
 import pytest
 
 from eval.server import output_record, wait_for_events
 from tests.engine.conftest import assert_equals_reference, start_server
+from tests.engine.exact_checks import warm_beside_neighbours
 from tests.engine.prompts import prompt_ids
 from tests.reference.exact_oracle import expected_reuse
 
@@ -47,25 +46,29 @@ def exact_server(tiny_model_dir, tmp_path_factory):
     assert "read [" not in server.log_text()  # no forward off the planned pieces
 
 
-def run_and_compare(server, prompts: list[list[int]], reference, *, spec_drop: int = 0, check_reuse: bool = True,
-                    piece: int = B, retain_every: int = R, kept: bool = False):
-    """Serve ``prompts`` warm, then each one cold; each cold answer against the reference, each
-    warm one against its cold one bit for bit. Returns the warm records."""
+def run_and_compare(server, prompts: list[list[int]], reference, *, check_reuse: bool = True, cold=None,
+                    decode: int = DECODE, tag: str | None = None, **rules):
+    """Serve ``prompts`` warm, then each one cold (or the ones indexed by ``cold``); each cold
+    answer against the reference, each warm one against its cold one bit for bit. ``rules``: the
+    oracle's (``expected_reuse``: piece, retain_every, spec_drop, message_end, kept, ...), this
+    module's B and R by default. Request ids are ``<tag>.w<i>`` and ``<tag>.c<i>``. Returns the
+    warm records."""
+    rules = {"piece": B, "retain_every": R, **rules}
+    tag = tag or f"p{id(prompts)}"
     server.flush_cache()
-    warm = [output_record(server.generate(p, DECODE, rid=f"w{i}-{id(prompts)}")) for i, p in enumerate(prompts)]
+    warm = [output_record(server.generate(p, decode, rid=f"{tag}.w{i}")) for i, p in enumerate(prompts)]
     if check_reuse:
-        expected = expected_reuse(prompts, piece=piece, retain_every=retain_every, spec_drop=spec_drop, kept=kept)
-        assert [w["cached_tokens"] for w in warm] == expected
+        assert [w["cached_tokens"] for w in warm] == expected_reuse(prompts, **rules)
     referenced: set[tuple] = set()  # a prompt served twice is checked against the reference once
-    for prompt, record in zip(prompts, warm):
+    for i in range(len(prompts)) if cold is None else cold:
         server.flush_cache()
-        cold = output_record(server.generate(prompt, DECODE))
-        assert cold["cached_tokens"] == 0
-        if tuple(prompt) not in referenced:
-            assert_equals_reference(reference, prompt, cold, "cold read")
-            referenced.add(tuple(prompt))
-        assert record["output_ids"] == cold["output_ids"]
-        assert record["logprobs"] == cold["logprobs"]  # bit for bit
+        record = output_record(server.generate(prompts[i], decode, rid=f"{tag}.c{i}"))
+        assert record["cached_tokens"] == 0
+        if tuple(prompts[i]) not in referenced:
+            assert_equals_reference(reference, prompts[i], record, f"cold read {i}")
+            referenced.add(tuple(prompts[i]))
+        assert warm[i]["output_ids"] == record["output_ids"]
+        assert warm[i]["logprobs"] == record["logprobs"]  # bit for bit
     return warm
 
 
@@ -236,39 +239,11 @@ def test_a_capped_match_is_recorded_and_replayed(exact_server):
 
 @pytest.mark.parametrize("neighbours", [1, 3])
 def test_a_warm_answer_decoded_beside_others_is_the_cold_solo_answer(exact_server, reference, neighbours):
-    """Exact under load: the warm request decodes in one batch with 1 or 3 others (each in its own
-    namespace), and its ids and logprobs must still equal, bit for bit, the cold read decoded
-    alone, which equals the reference. On CPU a batched fp32 GEMM, or an elementwise op over the
-    batch's rows, gives a row other bits than the same row alone (patches/row_invariance.py).
-
-    The neighbours decode far longer than the warm request and are sent first, so it decodes
-    beside all of them; the server's per-step decode log (``--decode-log-interval 1``) must show
-    a batch of ``neighbours + 1`` rows, or the test has not tested anything."""
-    from concurrent.futures import ThreadPoolExecutor
-
+    """Exact under load (``exact_checks.warm_beside_neighbours``): the warm request decodes in one
+    batch with 1 or 3 others, and equals the cold read decoded alone, bit for bit."""
     prompt = prompt_ids(seed=150 + neighbours, length=300)
     others = [prompt_ids(seed=160 + n, length=200) for n in range(neighbours)]
-    exact_server.flush_cache()
-    exact_server.generate(prompt, 2)  # cache it: the next read of it is warm
-    tokens = 24
-    log_start = len(exact_server.log_text())
-
-    def ask(ids, key, count):
-        return output_record(exact_server.generate(ids, count, extra_key=key))
-
-    with ThreadPoolExecutor(neighbours + 1) as pool:
-        futures = [pool.submit(ask, ids, f"neighbour-{n}", tokens * 4) for n, ids in enumerate(others)]
-        warm = pool.submit(ask, prompt, None, tokens).result()
-        [f.result() for f in futures]
-    batch_sizes = {int(n) for n in re.findall(r"Decode batch.*?#running-req: (\d+)", exact_server.log_text()[log_start:])}
-    assert neighbours + 1 in batch_sizes, f"never decoded {neighbours + 1} rows together: {sorted(batch_sizes)}"
-    assert warm["cached_tokens"] > 0
-    exact_server.flush_cache()
-    cold = output_record(exact_server.generate(prompt, tokens))
-    assert cold["cached_tokens"] == 0
-    assert_equals_reference(reference, prompt, cold, "cold solo read")
-    assert warm["output_ids"] == cold["output_ids"]
-    assert warm["logprobs"] == cold["logprobs"]  # bit for bit
+    warm_beside_neighbours(exact_server, reference, prompt, others)
 
 
 def test_startup_record_names_the_resolved_settings_and_the_added_flags(exact_server):
