@@ -24,6 +24,14 @@ from serving.launch_args import LaunchError, add_server_defaults, apply_server_s
 
 logger = logging.getLogger("patches.launch_server")
 
+# Logged once at start-up when a policy's kernel premise (cut=kept's split invariance) was checked
+# on the serving device and held; the GPU check's exact-kept step reads it
+# (eval/gpu_check/exact.py PREMISE_LINE): "cut=kept: split invariance checked on CUDA
+# (patches.kernel_selftest, bfloat16): no kernel's bits change when a forward is split on the
+# 64-token grid". Where it does not hold the launcher exits 2 instead (_refuse_unsafe_settings).
+PREMISE_HELD = "cut=kept: split invariance checked on %s (%s): no kernel's bits change when a forward is split on the " \
+    "64-token grid"
+
 
 def build_parser():
     """Our flags, with every registered policy and its settings' defaults in ``--help``."""
@@ -171,6 +179,17 @@ def _exit_if_refused(path: str, policy: str) -> None:
         os._exit(2)
 
 
+def selftest_dtype(server_args) -> str:
+    """The dtype the CUDA self-test runs in: the served one (bf16, the checkpoint's, for ``auto``)."""
+    dtype = getattr(server_args, "dtype", None)
+    return dtype if dtype not in (None, "auto") else "bfloat16"
+
+
+def premise_source(server_args, cuda: bool) -> str:
+    """What answered for the kept rule's premise on this device (for the start-up line)."""
+    return f"patches.kernel_selftest, {selftest_dtype(server_args)}" if cuda else "the CPU engine, patches/cpu/platform.py"
+
+
 def split_invariance_failures(server_args, cuda: bool) -> dict[str, str]:
     """Kernel -> what differed when a forward was split on the 64-token grid, on the device that
     will serve: on CUDA SGLang's own kernels at the served dtype and the model's per-rank shapes
@@ -182,9 +201,8 @@ def split_invariance_failures(server_args, cuda: bool) -> dict[str, str]:
         return dict(cpu_platform.SPLIT_INVARIANCE_FAILURES)
     from patches import kernel_selftest
 
-    dtype = server_args.dtype if server_args.dtype not in (None, "auto") else "bfloat16"
     geometry = kernel_selftest.model_geometry(server_args.model_path, server_args.tp_size or 1)
-    return kernel_selftest.split_invariance_failures("cuda", dtype, geometry=geometry)
+    return kernel_selftest.split_invariance_failures("cuda", selftest_dtype(server_args), geometry=geometry)
 
 
 def _torch_sees_a_gpu() -> bool:
@@ -212,7 +230,8 @@ def _refuse_unsafe_settings(spec: registry.PolicySpec, server_args, chosen: prof
     policy = spec.build()
     resolved = {**vars(server_args), CHECKPOINT_QUANTIZATION: checkpoint.quantization(
         checkpoint.config_json(server_args.model_path, server_args.revision))}
-    if SPLIT_INVARIANCE in policy.kernel_premises():
+    premise = SPLIT_INVARIANCE in policy.kernel_premises()
+    if premise:
         resolved[KERNEL_SPLIT_FAILURES] = split_invariance_failures(server_args, cuda)
     problems = launch_args.resolved_setting_problems(policy.server_settings(), resolved)
     problems += [f"--serving-profile {chosen.name} {p}"
@@ -222,6 +241,8 @@ def _refuse_unsafe_settings(spec: registry.PolicySpec, server_args, chosen: prof
         print(f"python -m patches.launch_server: error: --cache-policy {spec.policy} cannot guarantee its "
               "results with these settings:\n  - " + "\n  - ".join(problems), file=sys.stderr)
         sys.exit(2)
+    if premise:
+        logger.info(PREMISE_HELD, "CUDA" if cuda else "CPU", premise_source(server_args, cuda))
 
 
 if __name__ == "__main__":

@@ -746,9 +746,11 @@ def test_the_launcher_refuses_a_quantized_kv_cache_for_both_policies(
 @pytest.mark.parametrize("failures, refused", [({}, False), ({"gdn_chunk": "split at 64: output differs"}, True)],
                          ids=["invariant", "split-variant"])
 def test_cut_kept_is_refused_on_cuda_unless_the_kernels_hold_split_invariance(
-        tmp_path, monkeypatch, capsys, failures, refused):
+        tmp_path, monkeypatch, capsys, caplog, failures, refused):
     """The launcher asks the device (``split_invariance_failures``) only for a policy whose premise
-    it is, and exits 2 naming the kernel and pointing at cut=messages when a split changed bits."""
+    it is, and exits 2 naming the kernel and pointing at cut=messages when a split changed bits;
+    when it held, it says so in one start-up line (``PREMISE_HELD``, what the GPU check reads)."""
+    import logging
     from patches import launch_server
     from serving import profile
 
@@ -761,7 +763,11 @@ def test_cut_kept_is_refused_on_cuda_unless_the_kernels_hold_split_invariance(
     spec, chosen, server_args = _resolved_server("exact", ["cut=kept", "message_end=", "piece_tokens=832"], True,
                                                  "auto", tmp_path)
     if not refused:
-        launch_server._refuse_unsafe_settings(spec, server_args, chosen, True)
+        with caplog.at_level(logging.INFO, logger="patches.launch_server"):
+            launch_server._refuse_unsafe_settings(spec, server_args, chosen, True)
+        assert [r.getMessage() for r in caplog.records] == [
+            "cut=kept: split invariance checked on CUDA (patches.kernel_selftest, bfloat16): no kernel's bits change "
+            "when a forward is split on the 64-token grid"]
     else:
         with pytest.raises(SystemExit) as stopped:
             launch_server._refuse_unsafe_settings(spec, server_args, chosen, True)
@@ -771,8 +777,10 @@ def test_cut_kept_is_refused_on_cuda_unless_the_kernels_hold_split_invariance(
         assert "gdn_chunk does not here: split at 64: output differs" in line and line.endswith("cut=messages instead")
     assert asked == [True]
     grid, grid_chosen, grid_args = _resolved_server("exact", ["piece_tokens=832"], True, "auto", tmp_path)
+    caplog.clear()
     launch_server._refuse_unsafe_settings(grid, grid_args, grid_chosen, True)
     assert asked == [True]  # cut=grid rests on no such premise: the device is not asked
+    assert not [r for r in caplog.records if "split invariance" in r.getMessage()]
 
 
 def test_the_cpu_engine_answers_for_itself_under_cut_kept(tmp_path):
