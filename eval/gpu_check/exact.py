@@ -1,6 +1,8 @@
 """exact on the GPU's kernels: every warm answer equals the cold one bit for bit.
 
-One server per piece size (64 with R = 256, and 832 with its default R = 6656), each under
+One server per step: piece 64 with R = 256, piece 832 with its default R = 6656 (both cut=grid),
+and the kept rule (``cut=kept``, chunks of 128, R = 256: forwards end only at chunk ends and keep
+points, so a warm read runs other forwards than the cold read; docs/exact.md §5.13), each under
 ``--serving-profile matched`` (on CUDA: deterministic inference, Triton attention and GDN prefill,
 the 64-token Triton truncation grid). On it, as the engine tests do on CPU:
 
@@ -14,13 +16,18 @@ the 64-token Triton truncation grid). On it, as the engine tests do on CPU:
   ``--enable-deterministic-inference`` promises and that the CPU suite cannot test for CUDA;
 * no forward off the planned pieces (events ``forwards_off_plan`` 0, no ``read [`` log line),
   no traceback or leak report.
-The cold answers are also compared with the fp32 reference (``reference.py``: 1e-4 on a fp32 CPU
+Under cut=kept the launcher first runs the rule's guard (``split_invariance_failures``: on CUDA
+``patches.kernel_selftest`` on SGLang's GDN chunk kernel and unified extend attention at the served
+dtype and the model's shapes; a kernel whose 64-grid split changes bits makes it exit 2), and the
+step checks its start-up line (``PREMISE_LINE``) before the cases: the warm = cold cases then show
+the premise end to end on the served kernels. The cold answers are also compared with the fp32 reference (``reference.py``: 1e-4 on a fp32 CPU
 server, ``BF16_TOL`` on a bf16 GPU server), so a kernel that is wrong the same way warm and cold
 does not pass.
 """
 
 from __future__ import annotations
 
+import re
 from concurrent.futures import ThreadPoolExecutor
 
 from eval.gpu_check import servers
@@ -32,6 +39,10 @@ from eval.gpu_check.report import Checks
 from eval.server import ServerProcess, output_record, request_events
 
 PROFILE = "matched"
+# The launcher's start-up line when cut=kept's premise held on the serving device
+# (patches/launch_server.py PREMISE_HELD; eval/ does not import patches/): group 1 the device
+# (CUDA or CPU), group 2 what answered (on CUDA "patches.kernel_selftest, <dtype>").
+PREMISE_LINE = re.compile(r"cut=kept: split invariance checked on (CUDA|CPU) \((.*?)\): no kernel's bits change")
 NEIGHBOUR_COUNTS = (1, 3)
 REFERENCE_ANSWERS = 3  # cold answers compared with the fp32 reference per server
 
@@ -62,8 +73,8 @@ def warm_then_cold(server: ServerProcess, prompts, label: str, decode: int = DEC
     return warm, cold
 
 
-def check_case(checks: Checks, server: ServerProcess, case: Case, piece: int, kept: list) -> None:
-    warm, cold = warm_then_cold(server, case.prompts, f"{piece}.{case.name}")
+def check_case(checks: Checks, server: ServerProcess, case: Case, setup: str, kept: list) -> None:
+    warm, cold = warm_then_cold(server, case.prompts, f"{setup}.{case.name}")
     reused = tuple(w["cached_tokens"] for w in warm)
     checks.expect(reused == case.expected, f"{case.name}: reuse {list(reused)} == the spec's {list(case.expected)}")
     wrong = [f"prompt {i}: {difference(w, c)}" for i, (w, c) in enumerate(zip(warm, cold)) if not same_bits(w, c)]
@@ -73,18 +84,18 @@ def check_case(checks: Checks, server: ServerProcess, case: Case, piece: int, ke
     kept.append((case.prompts[-1], cold[-1]))
 
 
-def check_turns(checks: Checks, server: ServerProcess, piece: int) -> None:
+def check_turns(checks: Checks, server: ServerProcess, setup: str) -> None:
     """Three turns of one conversation, each appending the answer and a new message."""
     server.flush_cache()
     prompts, records = [], []
     prompt = prompt_ids(*TURN_FIRST)
     for seed in TURN_SEEDS:
         prompts.append(prompt)
-        records.append(output_record(server.generate(prompt, DECODE_TOKENS, rid=f"{piece}.turn{len(prompts)}")))
+        records.append(output_record(server.generate(prompt, DECODE_TOKENS, rid=f"{setup}.turn{len(prompts)}")))
         prompt = prompt + records[-1]["output_ids"] + prompt_ids(seed, 80)
     reused = tuple(r["cached_tokens"] for r in records)
     checks.expect(reused == TURN_EXPECTED, f"turns: reuse {list(reused)} == {list(TURN_EXPECTED)}")
-    warm, cold = warm_then_cold(server, prompts, f"{piece}.turns")
+    warm, cold = warm_then_cold(server, prompts, f"{setup}.turns")
     wrong = [f"turn {i + 1}: {difference(w, c)}" for i, (w, c) in enumerate(zip(warm, cold)) if not same_bits(w, c)]
     checks.expect(not wrong, "turns: warm = cold bit for bit" + (f"; {'; '.join(wrong)}" if wrong else ""))
 
@@ -130,21 +141,36 @@ def check_reference(checks: Checks, ctx, kept: list) -> None:
                   f"<= {tol:g} ({'bf16' if ctx.cuda else 'fp32'} server)")
 
 
-def run_piece(ctx, piece: int):
-    setup = SETUPS[piece]
+def check_premise(checks: Checks, server: ServerProcess, cuda: bool) -> None:
+    """cut=kept: the launcher checked the rule's premise on this device and it held (its start-up
+    line); on CUDA that is ``patches.kernel_selftest`` run inside the launcher, which would have
+    refused to start (exit 2) had a kernel failed."""
+    found = PREMISE_LINE.search(server.log_text())
+    device = "CUDA" if cuda else "CPU"
+    checks.expect(bool(found) and found.group(1) == device,
+                  f"the launcher checked the kept rule's premise on {device} and it held: "
+                  + (f"{found.group(2)}" if found else "no start-up line"))
+
+
+def run_setup(ctx, name: str):
+    """The step ``exact-<name>`` (a key of ``SETUPS``) on its own server."""
+    setup = SETUPS[name]
     checks = Checks()
-    events_path = ctx.out / f"exact-{piece}-events.jsonl"
+    events_path = ctx.out / f"exact-{name}-events.jsonl"
     args = ["--cache-policy", "exact", "--serving-profile", PROFILE, "--cache-events", str(events_path),
             "--cache-policy-set", f"piece_tokens={setup.piece_tokens}",
-            "--cache-policy-set", f"retain_every={setup.retain_every}", "--decode-log-interval", "1"]
+            "--cache-policy-set", f"retain_every={setup.retain_every}", "--cache-policy-set", f"cut={setup.cut}",
+            "--decode-log-interval", "1"]
     kept: list = []
     cases = cases_for(setup, ctx.quick)
-    with servers.serving(ctx, f"exact-{piece}", args, total_tokens=32768) as server:
+    with servers.serving(ctx, f"exact-{name}", args, total_tokens=32768) as server:
         servers.check_profile(checks, servers.server_info(server), PROFILE, ctx.cuda)
+        if setup.kept:
+            check_premise(checks, server, ctx.cuda)
         for case in cases:
-            check_case(checks, server, case, piece, kept)
+            check_case(checks, server, case, name, kept)
         if setup.turns and not ctx.quick:
-            check_turns(checks, server, piece)
+            check_turns(checks, server, name)
         for count in NEIGHBOUR_COUNTS:
             check_neighbours(checks, server, setup, count, kept)
         rows = request_events(events_path)
@@ -154,14 +180,18 @@ def run_piece(ctx, piece: int):
         servers.check_clean_log(checks, server)
     check_reference(checks, ctx, kept[-REFERENCE_ANSWERS:])
     identical = sum(1 for ok, message in checks.items if ok and "bit for bit" in message)
-    return checks.result(f"exact-{piece}", f"{identical} warm = cold comparisons bit for bit "
-                                           f"({len(cases)} case{'s' * (len(cases) != 1)}, neighbours "
-                                           f"{', '.join(map(str, NEIGHBOUR_COUNTS))})")
+    return checks.result(f"exact-{name}", f"{identical} warm = cold comparisons bit for bit "
+                                          f"({len(cases)} case{'s' * (len(cases) != 1)}, neighbours "
+                                          f"{', '.join(map(str, NEIGHBOUR_COUNTS))})")
 
 
 def run_64(ctx):
-    return run_piece(ctx, 64)
+    return run_setup(ctx, "64")
 
 
 def run_832(ctx):
-    return run_piece(ctx, 832)
+    return run_setup(ctx, "832")
+
+
+def run_kept(ctx):
+    return run_setup(ctx, "kept")

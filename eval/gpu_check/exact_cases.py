@@ -51,6 +51,11 @@ class PieceSetup:
     cases: tuple[Case, ...]
     neighbour_prompt_len: int  # long enough to reuse at least one piece
     turns: bool  # run the three-turn conversation (piece 64 only, as the engine tests)
+    cut: str = "grid"  # the exact setting cut=...: grid (pieces of B), or kept (forwards end at chunk ends and keep points)
+
+    @property
+    def kept(self) -> bool:
+        return self.cut == "kept"
 
 
 _BASE = prompt_ids(seed=100, length=600)
@@ -80,7 +85,22 @@ PIECE_832 = PieceSetup(832, 6656, (
     _case("append", [_BASE_832, _BASE_832 + prompt_ids(173, 200)], (0, 1664)),
 ), neighbour_prompt_len=1000, turns=False)
 
-SETUPS = {64: PIECE_64, 832: PIECE_832}
+# The kept rule (cut=kept, docs/exact.md §5.13), as tests/engine/test_exact_kept.py: forwards end at
+# the 128-token chunk ends and at keep points only, so a warm read resumed at a kept point runs other
+# forwards than the cold read: an append resumes at 576 (the first read's prompt end, floored to the
+# 64 grid), where no cold read of the longer prompt ends a forward; an edit leaves a junction at 320
+# that the next edit resumes at. Reuse is the same as piece 64's (the kept rule also cuts every 64).
+KEPT = PieceSetup(128, 256, (
+    _case("repeat", [_BASE, _BASE], (0, 576)),
+    _case("append", [_BASE, _BASE + prompt_ids(103, 90)], (0, 576), quick=True),
+    _case("middle_delete", [_BASE, _BASE[:200] + _BASE[330:]], (0, 0)),
+    _case("edit_off_the_chunk_grid", [_BASE, edited(_BASE, 330, 340)], (0, 256)),
+    _case("resume_at_a_junction", [_BASE, edited(_BASE, 330, 335), edited(_BASE, 330, 340)], (0, 256, 320), quick=True),
+    _case("turns", [_BASE[:300], _BASE[:300] + prompt_ids(111, 80), _BASE[:300] + prompt_ids(111, 80) + prompt_ids(112, 70)],
+          (0, 256, 320)),
+), neighbour_prompt_len=300, turns=False, cut="kept")
+
+SETUPS = {"64": PIECE_64, "832": PIECE_832, "kept": KEPT}  # by the step's name, exact-<key>
 
 # The three-turn conversation (piece 64): each turn appends the answer and 80 new tokens; the
 # reuse is fixed by the piece grid whatever the answer is.

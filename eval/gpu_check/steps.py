@@ -15,15 +15,17 @@ STEPS = (
     Step("preflight", preflight.run, 30, "driver, torch sees the GPU, Triton, SGLang 0.5.16 imports, the model builder"),
     Step("startup", startup.run, 0, "SGLang's start-up path of the tiny model as on CUDA (text-only); one untimed "
          "server that builds the JIT and Triton kernels", timed=False),
-    Step("model", model.run, 30, "the tiny model is bf16 and runs in bf16 on the device (vs the fp32 reference)"),
-    Step("refusals", refusals.run, 60, "the launcher refuses settings that break a policy's promise (exit 2)"),
-    Step("rotary", rotary_step.run, 45, "key re-rotation vs SGLang's rotary kernels at Qwen3.6's geometry, to 131,072"),
-    Step("kernels", kernels.run, 45, "the kept rule's premise on this GPU: the GDN chunk kernel and the unified extend "
+    Step("model", model.run, 20, "the tiny model is bf16 and runs in bf16 on the device (vs the fp32 reference)"),
+    Step("refusals", refusals.run, 50, "the launcher refuses settings that break a policy's promise (exit 2)"),
+    Step("rotary", rotary_step.run, 35, "key re-rotation vs SGLang's rotary kernels at Qwen3.6's geometry, to 131,072"),
+    Step("kernels", kernels.run, 35, "the kept rule's premise on this GPU: the GDN chunk kernel and the unified extend "
          "attention give a 64-grid split read the unsplit read's bits (the server's start-up self-test)"),
     Step("radix", radix.run, 60, "radix under the serving profile: turn 2 hits, events written"),
-    Step("exact-64", exact.run_64, 120, "exact, piece 64: warm = cold bit for bit, alone and beside 1 and 3 neighbours"),
-    Step("exact-832", exact.run_832, 90, "exact, piece 832: warm = cold bit for bit, alone and beside 1 and 3 neighbours"),
-    Step("scr", scr.run, 120, "scr with CUDA graphs: an edited turn relocates with no fallback"),
+    Step("exact-64", exact.run_64, 105, "exact, piece 64: warm = cold bit for bit, alone and beside 1 and 3 neighbours"),
+    Step("exact-832", exact.run_832, 75, "exact, piece 832: warm = cold bit for bit, alone and beside 1 and 3 neighbours"),
+    Step("exact-kept", exact.run_kept, 90, "exact, cut=kept (the start-up self-test guard held): warm reads resumed "
+         "where no cold read ends a forward = cold bit for bit, alone and beside 1 and 3 neighbours"),
+    Step("scr", scr.run, 100, "scr with CUDA graphs: an edited turn relocates with no fallback"),
 )
 NAMES = tuple(step.name for step in STEPS)
 

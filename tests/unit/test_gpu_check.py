@@ -242,8 +242,80 @@ def test_exact_expected_reuse_is_the_oracles():
 
     for setup in SETUPS.values():
         for case in setup.cases:
-            got = expected_reuse([list(p) for p in case.prompts], piece=setup.piece_tokens, retain_every=setup.retain_every)
+            got = expected_reuse([list(p) for p in case.prompts], piece=setup.piece_tokens, retain_every=setup.retain_every,
+                                 kept=setup.kept)
             assert tuple(got) == case.expected, case.name
+
+
+def test_the_kept_cases_resume_where_no_cold_read_ends_a_forward():
+    """The kept step's point: in some case a warm read resumes at a point the cold read of the same
+    prompt ends no forward at (not a chunk end of B = 128, not a keep point of the cold read), so
+    warm = cold needs the kernels' split invariance."""
+    from tests.reference.exact_oracle import ExactOracle
+
+    setup = SETUPS["kept"]
+    assert (setup.cut, setup.piece_tokens, setup.retain_every) == ("kept", 128, 256)
+    split = []
+    for case in setup.cases:
+        for prompt, resume in zip(case.prompts, case.expected):
+            cold_keeps = ExactOracle(setup.piece_tokens, setup.retain_every, kept=True).serve(prompt)[1]
+            if resume and resume % setup.piece_tokens and resume not in cold_keeps:
+                split.append((case.name, resume))
+    assert ("append", 576) in split and ("resume_at_a_junction", 320) in split
+    assert {case.name for case in setup.cases if case.quick} >= {"append", "resume_at_a_junction"}
+
+
+def test_each_exact_step_starts_its_server_with_its_cut_rule(tmp_path, monkeypatch):
+    """The server each exact step asks for (stopped before it starts): the kept step's has cut=kept."""
+    from contextlib import contextmanager
+
+    from eval.gpu_check import exact
+
+    asked = {}
+
+    class Started(Exception):
+        pass
+
+    @contextmanager
+    def serving(ctx, name, args, total_tokens, **kw):
+        asked[name] = args
+        raise Started
+        yield
+
+    monkeypatch.setattr(servers, "serving", serving)
+    for run in (exact.run_64, exact.run_832, exact.run_kept):
+        with pytest.raises(Started):
+            run(_ctx(tmp_path))
+
+    def setting(args, key):
+        return [v.split("=", 1)[1] for f, v in zip(args, args[1:]) if f == "--cache-policy-set" and v.startswith(key + "=")]
+
+    assert sorted(asked) == ["exact-64", "exact-832", "exact-kept"]
+    assert [setting(asked["exact-kept"], k) for k in ("cut", "piece_tokens", "retain_every")] == [["kept"], ["128"], ["256"]]
+    assert setting(asked["exact-64"], "cut") == setting(asked["exact-832"], "cut") == ["grid"]
+    for args in asked.values():
+        assert args[args.index("--serving-profile") + 1] == "matched"
+
+
+@pytest.mark.parametrize("cuda", [True, False], ids=["cuda", "cpu"])
+def test_the_kept_step_reads_the_launchers_premise_line(cuda):
+    """The step's pattern parses the line the launcher logs (``PREMISE_HELD``), and fails on a log
+    without it or with the other device's."""
+    import types
+
+    from eval.gpu_check import exact
+    from patches import launch_server
+
+    args = types.SimpleNamespace(dtype="bfloat16")
+    line = launch_server.PREMISE_HELD % ("CUDA" if cuda else "CPU", launch_server.premise_source(args, cuda))
+    found = exact.PREMISE_LINE.search(f"[2026-01-01 00:00:00] {line}\n")
+    assert found.groups() == (("CUDA", "patches.kernel_selftest, bfloat16") if cuda
+                              else ("CPU", "the CPU engine, patches/cpu/platform.py"))
+    other = launch_server.PREMISE_HELD % ("CPU" if cuda else "CUDA", launch_server.premise_source(args, not cuda))
+    for log, ok in ((line, True), ("cache policy exact", False), (other, False)):
+        checks = Checks()
+        exact.check_premise(checks, types.SimpleNamespace(log_text=lambda log=log: log), cuda)
+        assert checks.result("exact-kept").status == (PASS if ok else FAIL), log
 
 
 def test_the_cases_are_the_engine_tests_prompts():

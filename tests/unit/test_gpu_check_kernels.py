@@ -52,3 +52,4 @@ def test_the_step_speaks_the_self_tests_language():
 def test_the_step_runs_after_the_kernels_are_built_and_before_the_policies():
     names = [step.name for step in steps.STEPS]
     assert names.index("startup") < names.index("kernels") < names.index("radix")
+    assert names.index("kernels") < names.index("exact-kept")  # the premise on its own, then end to end
