@@ -90,10 +90,9 @@ PIECE_832 = PieceSetup(832, 6656, (
 # forwards than the cold read: an append resumes at 576 (the first read's prompt end, floored to the
 # 64 grid), where no cold read of the longer prompt ends a forward; an edit leaves a junction at 320
 # that the next edit resumes at. Reuse is the same as piece 64's (the kept rule also cuts every 64).
+_PIECE_64_CASES = {case.name: case for case in PIECE_64.cases}
 KEPT = PieceSetup(128, 256, (
-    _case("repeat", [_BASE, _BASE], (0, 576)),
-    _case("append", [_BASE, _BASE + prompt_ids(103, 90)], (0, 576), quick=True),
-    _case("middle_delete", [_BASE, _BASE[:200] + _BASE[330:]], (0, 0)),
+    *(_PIECE_64_CASES[name] for name in ("repeat", "append", "middle_delete")),
     _case("edit_off_the_chunk_grid", [_BASE, edited(_BASE, 330, 340)], (0, 256)),
     _case("resume_at_a_junction", [_BASE, edited(_BASE, 330, 335), edited(_BASE, 330, 340)], (0, 256, 320), quick=True),
     _case("turns", [_BASE[:300], _BASE[:300] + prompt_ids(111, 80), _BASE[:300] + prompt_ids(111, 80) + prompt_ids(112, 70)],

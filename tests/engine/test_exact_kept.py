@@ -24,7 +24,7 @@ from tests.engine.exact_checks import (LONG_CONTEXT_ARGS, im_end, long_context_m
                                        warm_beside_neighbours)
 from tests.engine.prompts import prompt_ids
 from tests.engine.test_exact_messages import SPEC
-from tests.engine.test_exact_server import BASE, edited, run_and_compare
+from tests.engine.test_exact_server import BASE, CASES, edited, run_and_compare
 from tests.reference.exact_oracle import ExactOracle, expected_reuse
 
 pytestmark = pytest.mark.engine
@@ -66,9 +66,7 @@ def kept_rules(server) -> dict:
 
 
 KEPT_CASES = {
-    "repeat": [BASE, BASE],
-    "append": [BASE, BASE + prompt_ids(103, 90)],
-    "middle_delete": [BASE, BASE[:200] + BASE[330:]],
+    **{name: CASES[name] for name in ("repeat", "append", "middle_delete")},  # test_exact_server's
     "edit_off_the_chunk_grid": [BASE, edited(BASE, 330, 340)],  # resumes at 256 (periodic), junction 320
     "turns": [BASE[:300], BASE[:300] + prompt_ids(111, 80), BASE[:300] + prompt_ids(111, 80) + prompt_ids(112, 70)],
 }
