@@ -181,8 +181,7 @@ def _exit_if_refused(path: str, policy: str) -> None:
 
 def selftest_dtype(server_args) -> str:
     """The dtype the CUDA self-test runs in: the served one (bf16, the checkpoint's, for ``auto``)."""
-    dtype = getattr(server_args, "dtype", None)
-    return dtype if dtype not in (None, "auto") else "bfloat16"
+    return server_args.dtype if server_args.dtype not in (None, "auto") else "bfloat16"
 
 
 def premise_source(server_args, cuda: bool) -> str:

@@ -707,7 +707,7 @@ def _resolved_server(policy_name: str, policy_sets: list[str], cuda: bool, kv_ca
     chosen = profile.get("matched")
     fields = {"model_path": str(model_dir), "revision": None, "chunked_prefill_size": 512, "tp_size": 1,
               "prefill_max_requests": 1, **chosen.settings(cuda), **spec.build().server_settings(),
-              "kv_cache_dtype": kv_cache_dtype}
+              "kv_cache_dtype": kv_cache_dtype, "dtype": "auto"}
     return spec, chosen, types.SimpleNamespace(**fields)
 
 
