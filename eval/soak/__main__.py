@@ -32,7 +32,7 @@ def build_parser() -> Parser:
                     "The server's admin routes (/flush_cache, /abort_request, /server_info) need its --admin-api-key: "
                     f"export {http.ADMIN_KEY_ENV}=KEY.\n\n"
                     "Exit status: 0 every check passed, 1 a check failed, 2 a usage error.")
-    parser.add_argument("--server", required=True, metavar="URL", help="loopback base URL, e.g. http://127.0.0.1:30000")
+    parser.add_server()
     parser.add_argument("--out", type=Path, required=True, metavar="DIR",
                         help="output directory (report.json, requests.jsonl)")
     _add_load(parser)
