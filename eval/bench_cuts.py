@@ -238,20 +238,24 @@ END_COLUMNS = (("prompt", "the read's last"), ("chunk", "chunk ends"), ("prompt_
 
 
 def forward_end_table(result: dict) -> list[str]:
-    """The kept arms' forwards per question by what ended them (``forward_ends``), beside radix's."""
+    """The kept arms' forwards per question by what ended them (``forward_ends``), beside radix's,
+    and what would be left if a state could be kept inside a forward (issue 35 item 5): the reads'
+    last forwards and the chunk ends."""
     radix = result["arms"]["radix (offline, 512)"]["forwards_per_question"]
     kept = {name: row for name, row in result["arms"].items() if "forward_ends_per_question" in row}
     if not kept:
         return []
     lines = ["", f"Forwards of cut=kept per question by what ended them (radix: {radix:.1f} at {GPU_CHUNK:,}; "
                  "a keep point not on a chunk multiple adds one):", "",
-             "| arm | forwards | ratio to radix | " + " | ".join(label for _, label in END_COLUMNS) + " |",
-             "|---|---:|---:|" + "---:|" * len(END_COLUMNS)]
+             "| arm | forwards | ratio to radix | " + " | ".join(label for _, label in END_COLUMNS)
+             + " | keeps inside a forward: forwards (ratio) |",
+             "|---|---:|---:|" + "---:|" * (len(END_COLUMNS) + 1)]
     for name, row in kept.items():
         ends = row["forward_ends_per_question"]
         cells = " | ".join(f"{ends.get(kind, 0):.1f}" for kind, _ in END_COLUMNS)
+        free = ends.get("prompt", 0) + ends.get("chunk", 0)
         lines.append(f"| {name} | {row['forwards_per_question']:.1f} | "
-                     f"{row['forwards_per_question'] / radix:.2f} | {cells} |")
+                     f"{row['forwards_per_question'] / radix:.2f} | {cells} | {free:.1f} ({free / radix:.2f}) |")
     return lines
 
 

@@ -97,10 +97,10 @@ def test_replay_arm_under_the_kept_rule_agrees_with_the_oracle():
 
 
 def test_the_forward_end_table_gives_ratios_to_radix():
-    row = {"forwards_per_question": 10.0, "forward_ends_per_question": {"prompt": 4.0, "message": 6.0}}
+    row = {"forwards_per_question": 10.0, "forward_ends_per_question": {"prompt": 3.0, "chunk": 1.0, "message": 6.0}}
     result = {"arms": {"radix (offline, 512)": {"forwards_per_question": 4.0}, "exact cut=kept B=128": row,
                        "exact": {"forwards_per_question": 99.0}}}
     lines = forward_end_table(result)
-    assert lines[-1] == "| exact cut=kept B=128 | 10.0 | 2.50 | 4.0 | 0.0 | 0.0 | 6.0 | 0.0 | 0.0 |"
+    assert lines[-1] == "| exact cut=kept B=128 | 10.0 | 2.50 | 3.0 | 1.0 | 0.0 | 6.0 | 0.0 | 0.0 | 4.0 (1.00) |"
     assert len([line for line in lines if line.startswith("| exact")]) == 1
     assert forward_end_table({"arms": {"radix (offline, 512)": {"forwards_per_question": 4.0}}}) == []
