@@ -9,9 +9,11 @@ ended (what ``cut=kept`` needs, ``docs/exact.md`` §5.10); radix keeps SGLang's 
 This starts a radix and an exact server (``cut=kept``, B = 832) with the same SGLang flags, one
 after the other (never two at once: an idle scheduler busy-polls a core), reads a random prompt of
 each length cold (``/flush_cache`` first, one generated token) and prints, per policy and length,
-the least CPU time (user + system) of the server's processes over ``--repeats`` reads, and the
-ratio exact / radix measured in this run. CPU time, not wall time: on the shared 2-core box wall
-times varied 4x run to run. Not a test. Loopback only.
+the least CPU time (user + system) of the server's processes over ``--repeats`` reads (in rounds
+over the lengths), and the ratio exact / radix measured in this run. CPU time, not wall time: on
+the shared 2-core box wall times varied 4x run to run. CPU time varies too while other jobs hold
+the cores (one run's four 600-token exact reads in a row took 8.7 s each, its next reads 0.5 s
+for 2,000 tokens), so the least of several reads is kept. Not a test. Loopback only.
 """
 
 from __future__ import annotations
@@ -44,17 +46,25 @@ def tree_cpu_seconds(pid: int) -> float:
     return total
 
 
-def cold_read_cpu(server: ServerProcess, prompt: list[int], repeats: int) -> float:
-    """The least CPU time of the server's processes for a cold read of ``prompt`` (one token out)."""
-    samples = []
+def cold_read_cpu(server: ServerProcess, prompt: list[int]) -> float:
+    """CPU seconds of the server's processes for one cold read of ``prompt`` (one token out)."""
+    server.flush_cache()
+    before = tree_cpu_seconds(server.process.pid)
+    record = output_record(server.generate(prompt, 1))
+    spent = tree_cpu_seconds(server.process.pid) - before
+    if record["cached_tokens"]:
+        raise RuntimeError(f"a cold read reused {record['cached_tokens']} tokens")
+    return spent
+
+
+def least_cpu(server: ServerProcess, prompts: dict[int, list[int]], repeats: int) -> dict[int, float]:
+    """Per prompt length, the least of ``repeats`` cold reads, taken in rounds over all lengths so
+    that a burst of load on the shared box does not fall on every sample of one length."""
+    samples: dict[int, list[float]] = {n: [] for n in prompts}
     for _ in range(repeats):
-        server.flush_cache()
-        before = tree_cpu_seconds(server.process.pid)
-        record = output_record(server.generate(prompt, 1))
-        samples.append(tree_cpu_seconds(server.process.pid) - before)
-        if record["cached_tokens"]:
-            raise RuntimeError(f"a cold read reused {record['cached_tokens']} tokens")
-    return min(samples)
+        for n, prompt in prompts.items():
+            samples[n].append(cold_read_cpu(server, prompt))
+    return {n: min(values) for n, values in samples.items()}
 
 
 def format_table(lengths: list[int], seconds: dict[str, dict[int, float]], repeats: int) -> str:
@@ -100,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[bench] {policy}: starting", file=sys.stderr, flush=True)
         with ServerProcess(str(model), args.out / f"{policy}.log", [*common, *extra]) as server:
             output_record(server.generate(prompts[lengths[0]][:64], 1))  # warm-up
-            seconds[policy] = {n: cold_read_cpu(server, prompts[n], args.repeats) for n in lengths}
+            seconds[policy] = least_cpu(server, prompts, args.repeats)
     print(format_table(lengths, seconds, args.repeats))
     return 0
 

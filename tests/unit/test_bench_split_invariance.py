@@ -35,3 +35,12 @@ def test_the_cpu_count_holds_at_least_the_process_own_time_with_a_child_alive():
     finally:
         child.kill()
         child.wait()
+
+
+def test_reads_go_in_rounds_over_the_lengths_and_the_least_is_kept(monkeypatch):
+    import eval.bench_split_invariance as bench
+
+    order, costs = [], iter([5.0, 1.0, 0.5, 2.0, 0.7, 0.9])
+    monkeypatch.setattr(bench, "cold_read_cpu", lambda server, prompt: order.append(len(prompt)) or next(costs))
+    assert bench.least_cpu(None, {2: [1, 1], 3: [1, 1, 1]}, repeats=3) == {2: 0.5, 3: 0.9}
+    assert order == [2, 3, 2, 3, 2, 3]
