@@ -3,7 +3,9 @@
 Exact's reuse is a function of the token sequences alone: ``exact_cache.replay`` predicts the
 server's reused length for every call (100 % of the 280 calls of the served benchmark, and every
 engine test). So its arms can be measured on a whole trace without a server: the grid rule
-(B = 832, R = 6,656) and ``cut=messages`` at several ``min_piece``, each under the default and the
+(B = 832, R = 6,656), ``cut=messages`` at several ``min_piece`` and ``cut=kept`` (B = the serving
+chunk, 8,192 by default, the one radix's forwards are counted in; with and without keep points at
+message ends; its forwards by what ended them, ``forward_ends``), each under the default and the
 stable (``preserve``) rendering of the same questions, beside radix's offline estimate
 (``eval.traces.synth.radix_prefix_estimate``, 512-token chunks: 71.9 % offline and served on the
 default set). This module studies exact's variants (cut rules, state budgets); the three policies
