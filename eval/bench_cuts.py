@@ -40,7 +40,7 @@ from eval.accounting.flops import QWEN36_27B, n_body, prefix_reuse_pflops
 from eval.traces.format import read_trace, trace_render
 from exact_cache.config import ExactConfig
 from exact_cache.replay import ReplayTree
-from exact_cache.rules import KeepKind
+from exact_cache.rules import GRID, KeepKind
 from policy.tokens import common_prefix_len
 
 BODY_PARAMS = n_body(QWEN36_27B)  # 24,353,201,664 (eval/accounting/flops.py)
@@ -286,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="cut=kept's B, the serving chunk (a multiple of 64; default 8192, radix's GPU chunk)")
     parser.add_argument("--out", type=Path, default=None, help="write REPORT.md and cuts.json here")
     args = parser.parse_args(argv)
+    if args.kept_piece <= 0 or args.kept_piece % GRID:
+        parser.error(f"--kept-piece {args.kept_piece}: must be a positive multiple of {GRID}")
     min_pieces = args.min_piece or [64, 256]
     budgets = args.budget or [24, 48, 96, 144, 288, 0]
     results = []

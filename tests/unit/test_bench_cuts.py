@@ -104,3 +104,11 @@ def test_the_forward_end_table_gives_ratios_to_radix():
     assert lines[-1] == "| exact cut=kept B=128 | 10.0 | 2.50 | 3.0 | 1.0 | 0.0 | 6.0 | 0.0 | 0.0 | 4.0 (1.00) |"
     assert len([line for line in lines if line.startswith("| exact")]) == 1
     assert forward_end_table({"arms": {"radix (offline, 512)": {"forwards_per_question": 4.0}}}) == []
+
+
+def test_a_kept_piece_off_the_grid_is_a_usage_error(tmp_path, capsys):
+    from eval.bench_cuts import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--trace", str(tmp_path / "t.jsonl"), "--kept-piece", "100"])
+    assert exit_.value.code == 2 and "multiple of 64" in capsys.readouterr().err
