@@ -27,9 +27,9 @@ from sglang.srt.distributed.parallel_state import get_tp_group
 from sglang.srt.runtime_context import get_parallel
 
 from patches import process
+from patches.request_book import piece_shortfall
 from patches.tp_rows import all_gather_rows
 from policy.ranks import failed_ranks, own_row
-from serving.request_book import piece_shortfall
 
 BACKEND_NAME = "exact"
 

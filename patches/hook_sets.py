@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 
 from patches import process, targets
-from serving import faults
+from policy import faults
 
 logger = logging.getLogger(__name__)
 

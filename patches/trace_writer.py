@@ -2,7 +2,7 @@
 from ``release_kv_cache`` of a finished request, any policy or none; requests popped from the
 waiting queue on an abort are written from the abort hook (``abort``). Only the events-writing
 scheduler writes (``process.is_leader``); the path arrives in ``TRACE_ENV`` from the launcher.
-Each line passes the fault point ``trace.write`` (key: the rid; ``serving/faults.py``); a line the
+Each line passes the fault point ``trace.write`` (key: the rid; ``policy/faults.py``); a line the
 disk refuses is logged and counted by ``serving/jsonl_append.py``, never raised.
 """
 
@@ -12,8 +12,8 @@ import logging
 import os
 
 from patches import process, targets
+from patches.request_book import finish_type
 from serving.jsonl_append import JsonlAppender
-from serving.request_book import finish_type
 from serving.trace_record import TRACE_ENV, set_trace_env, trace_record  # noqa: F401 - the launcher's
 
 logger = logging.getLogger(__name__)

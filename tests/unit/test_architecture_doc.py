@@ -1,6 +1,6 @@
 """docs/ARCHITECTURE.md stays true of the code where a machine can check it: every repository path
 it names exists, every ``path.py`` followed by a name defines that name, and every dotted name
-(``serving.request_book.request_event``) resolves to a module and something defined in it. Read
+(``patches.request_book.request_event``) resolves to a module and something defined in it. Read
 from the source (``ast``), nothing is imported."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ _FILE = r"`((?:%s)/[\w/]+\.py)`" % "|".join(TOP)
 PAIRS = sorted(set(re.findall(_FILE + r" `(\w+(?:\.\w+)?)`", TEXT))
                | {(path, name) for path, names in re.findall(_FILE + r" \(((?:`\w+(?:\.\w+)?`(?:, |; |\)|$))+)", TEXT)
                   for name in re.findall(r"`(\w+(?:\.\w+)?)`", names)})
-# Dotted names of a module (``serving.request_book.request_event``); ``policy.release`` (the policy
+# Dotted names of a module (``patches.request_book.request_event``); ``policy.release`` (the policy
 # object's method) and fault points (``scr.place_rows``) name no module, and are not checked here.
 DOTTED = sorted(name for name in set(re.findall(r"`((?:policy|serving|scr|exact_cache|patches|eval)(?:\.\w+)+)`", TEXT))
                 if ROOT.joinpath(*name.split(".")[:2]).with_suffix(".py").is_file()
