@@ -81,7 +81,7 @@ def edit_cost_rows(server: ServerProcess, prompt: list[int], piece: int, repeats
     return rows
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser():
     from eval.cli_types import Parser, int_at_least
 
     parser = Parser(prog="python -m eval.bench_exact", description=(
@@ -103,7 +103,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="output directory (the two server logs)")
     parser.add_argument("server_args", nargs="*", metavar="SGLANG_FLAG",
                         help="extra SGLang flags for both servers, after --")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     model = args.model or cached_build(ROOT / ".artifacts")
     rng = random.Random(0)
     prompt = [rng.randrange(10, 400) for _ in range(args.context)]
@@ -124,7 +128,11 @@ def main(argv: list[str] | None = None) -> int:
     with exact:
         exact_cold = cold_read_seconds(exact, prompt, args.repeats)
         rows = edit_cost_rows(exact, prompt, args.piece, args.repeats)
+    print_results(args, stock_cold, exact_cold, rows)
+    return 0
 
+
+def print_results(args, stock_cold: float, exact_cold: float, rows) -> None:
     print()
     print("Cold-read cost of fixed pieces (same prompt, cache flushed)")
     print(f"  stock SGLang chunking : {stock_cold:8.3f} s")
@@ -135,7 +143,6 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  {'case':<24} {'first token (s)':>16} {'tokens read':>12}")
     for label, seconds, read in rows:
         print(f"  {label:<24} {seconds:>16.3f} {read:>12}")
-    return 0
 
 
 if __name__ == "__main__":

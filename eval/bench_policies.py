@@ -323,9 +323,7 @@ def bench(trace_path: Path, out: Path, arms: list[Arm], concurrency: int | list[
           run: str = "bench", resume: bool = False) -> dict:
     """Every arm at every concurrency, one server at a time; one table per concurrency (ratios to
     that concurrency's radix arm). With ``resume``, arms an earlier run finished are not served again."""
-    from eval.accounting.compare import compare, read_run
     from eval.traces import read_trace
-
     from eval.traces.format import trace_render
 
     calls = read_trace(trace_path)
@@ -336,42 +334,19 @@ def bench(trace_path: Path, out: Path, arms: list[Arm], concurrency: int | list[
     causes = classify(calls)
     trace_sha = file_digest(trace_path)
     started = time.monotonic()
-    results, edited_by_arm = {}, {}
-    for arm in swept:
-        print(f"{PROG}: {arm.name} ({arm.describe()}, concurrency {arm.concurrency}): serving and replaying "
-              f"{len(calls)} calls", file=sys.stderr, flush=True)
-        results[arm.name] = run_arm(arm, model_dir, calls, out / arm.name, arm.concurrency, run,
-                                    trace_sha, resume)
-        rows, _ = read_run(out / arm.name / "report")
-        edited_by_arm[arm.name] = edited_shares(rows, edited, run)
-        results[arm.name]["causes"] = attribute(rows, causes, run)
-        if arm.policy == "scr":
-            parsed = scr_log(out / arm.name / "server.log")
-            by_rid = {r["rid"]: r for r in rows}
-            blocks = {rid: [(s["stop"], s["relocated"]) for s in splices] for rid, splices in parsed.splices.items()}
-            results[arm.name]["relocation_read_bound"] = relocation_read_bound(calls, by_rid, blocks, run)
-            sessions = {rid: item["sid"] for rid, item in parsed.traces.items()}
-            results[arm.name]["sessions"] = session_use(calls, sessions, by_rid, run)
+    results, edited_by_arm = _serve_arms(swept, calls, causes, out, model_dir, run, trace_sha, resume, edited)
     questions = len({c.conversation for c in calls})
     texts, compared_all = [], {}
     for c in concurrencies:
         group = [a for a in swept if a.concurrency == c]
         base = baseline(group)
         folder = out / ("compare" if len(concurrencies) == 1 else f"compare-c{c}")
-        compared = compare({a.name: out / a.name / "report" for a in group}, folder, baseline=base.name)
-        compared_all[c] = compared
-        texts.append(f"### concurrency {c}\n\n" + headline({a.name: results[a.name] for a in group}, compared["table"],
-                                                           edited_by_arm, questions, len(edited), base.name, render)
-                     + "\n\n" + compared["markdown"])
+        compared_all[c], text = _compare_group(group, base, out, folder, results, edited_by_arm, questions,
+                                               len(edited), render)
+        texts.append(f"### concurrency {c}\n\n" + text)
     sensitivity = radix_sensitivity(calls)
-    text = "\n\n".join(texts) + "\n\nradix prefix share by recurrent-state spacing (offline estimate, no_buffer): " + \
-        ", ".join(f"{chunk}: {share:.1%}" for chunk, share in sensitivity.items())
     wall = time.monotonic() - started
-    reused = [a.name for a in swept if results[a.name].get("reused")]
-    text += f"\n\nbenchmark wall time: {wall:.0f} s for {len(swept)} arm runs (one server at a time)"
-    served = sum(results[a.name]["replay_s"] for a in swept)
-    text += f"; replays {served:.0f} s in all" + (f" ({', '.join(reused)} reused from an earlier run: --resume)"
-                                                   if reused else "")
+    text = "\n\n".join(texts) + _footer(sensitivity, wall, swept, results)
     (out / "table.md").write_text(text + "\n")
     summary = {"trace": str(trace_path), "render": render, "calls": len(calls), "questions": questions, "edited_calls": len(edited),
                "wall_s": round(wall, 1),
@@ -385,6 +360,59 @@ def bench(trace_path: Path, out: Path, arms: list[Arm], concurrency: int | list[
     return summary
 
 
+def _serve_arms(swept: list[Arm], calls, causes, out: Path, model_dir: Path, run: str, trace_sha: str, resume: bool,
+                edited: set[str]) -> tuple[dict[str, dict], dict[str, dict]]:
+    """Step 1: serve and replay each arm (``run_arm``), then read its report: {arm: result} with the
+    causes of moved and read tokens (and scr's relocation bound and sessions), {arm: edited shares}."""
+    from eval.accounting.compare import read_run
+
+    results, edited_by_arm = {}, {}
+    for arm in swept:
+        print(f"{PROG}: {arm.name} ({arm.describe()}, concurrency {arm.concurrency}): serving and replaying "
+              f"{len(calls)} calls", file=sys.stderr, flush=True)
+        results[arm.name] = run_arm(arm, model_dir, calls, out / arm.name, arm.concurrency, run,
+                                    trace_sha, resume)
+        rows, _ = read_run(out / arm.name / "report")
+        edited_by_arm[arm.name] = edited_shares(rows, edited, run)
+        results[arm.name]["causes"] = attribute(rows, causes, run)
+        if arm.policy == "scr":
+            results[arm.name].update(_scr_use(out / arm.name / "server.log", calls, rows, run))
+    return results, edited_by_arm
+
+
+def _scr_use(log_path: Path, calls, rows: list[dict], run: str) -> dict:
+    """From an scr arm's server log: how much of each relocation was read anyway, and which session served each call."""
+    parsed = scr_log(log_path)
+    by_rid = {r["rid"]: r for r in rows}
+    blocks = {rid: [(s["stop"], s["relocated"]) for s in splices] for rid, splices in parsed.splices.items()}
+    sessions = {rid: item["sid"] for rid, item in parsed.traces.items()}
+    return {"relocation_read_bound": relocation_read_bound(calls, by_rid, blocks, run),
+            "sessions": session_use(calls, sessions, by_rid, run)}
+
+
+def _compare_group(group: list[Arm], base: Arm, out: Path, folder: Path, results: dict[str, dict], edited_by_arm: dict,
+                   questions: int, edited: int, render: str) -> tuple[dict, str]:
+    """Step 2: one concurrency's arms compared (``eval.report compare`` into ``folder``) and its text."""
+    from eval.accounting.compare import compare
+
+    compared = compare({a.name: out / a.name / "report" for a in group}, folder, baseline=base.name)
+    text = (headline({a.name: results[a.name] for a in group}, compared["table"], edited_by_arm, questions, edited,
+                     base.name, render) + "\n\n" + compared["markdown"])
+    return compared, text
+
+
+def _footer(sensitivity: dict[int, float], wall: float, swept: list[Arm], results: dict[str, dict]) -> str:
+    """Step 3: the table's last lines: radix's sensitivity to the state spacing, the wall time."""
+    text = "\n\nradix prefix share by recurrent-state spacing (offline estimate, no_buffer): " + \
+        ", ".join(f"{chunk}: {share:.1%}" for chunk, share in sensitivity.items())
+    reused = [a.name for a in swept if results[a.name].get("reused")]
+    text += f"\n\nbenchmark wall time: {wall:.0f} s for {len(swept)} arm runs (one server at a time)"
+    served = sum(results[a.name]["replay_s"] for a in swept)
+    text += f"; replays {served:.0f} s in all" + (f" ({', '.join(reused)} reused from an earlier run: --resume)"
+                                                   if reused else "")
+    return text
+
+
 DESCRIPTION = (
     "The three cache policies on the same agent trace, side by side. Per policy, one server after the "
     "other: serve the long-context tiny model, replay the trace with forced decoding (eval.replay), ingest "
@@ -394,9 +422,9 @@ DESCRIPTION = (
     "eval/bench_policies.py.")
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser():
     from eval.cli_types import Parser, existing_dir, existing_file, int_at_least, name_list
-    from eval.render import DEFAULT, RENDERINGS
+    from eval.render import RENDERINGS
 
     parser = Parser(prog=PROG, description=DESCRIPTION + "\n\nExit status: 0 every check passed, "
                     "1 a check failed (or exact's reuse differed from its prediction), 2 a usage error.")
@@ -426,6 +454,13 @@ def main(argv: list[str] | None = None) -> int:
                         "trace with the same server arguments and every check passed")
     parser.add_argument("--model", type=existing_dir, default=None, metavar="DIR",
                         help="model directory (default: the long-context tiny model, built once under .artifacts)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from eval.render import DEFAULT
+
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.policies and args.arm:
         parser.error("give --policies or --arm, not both")

@@ -5,7 +5,8 @@
 * ``run_spec``: the one spelling of a named run, ``--run NAME=DIR``; ``name_list``: the one
   spelling of several policies, ``--policies radix,exact,scr``;
 * ``key_value``: the one spelling of a repeatable setting, ``--set KEY=VALUE``;
-* ``Parser`` / ``HelpFormatter``: help that shows every default, usage errors on one line;
+* ``Parser`` / ``HelpFormatter``: help that shows every default, usage errors on one line, the
+  one ``--server`` of the commands that talk to a loopback server;
 * ``run_main``: runs a command's body and turns the exceptions it names into an exit status and
   one line on stderr (``UsageError`` -> 2, ``CheckFailed`` -> 1, and the rules a command adds).
 
@@ -131,6 +132,11 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+    def add_server(self) -> None:
+        """``--server URL``: the loopback server a command talks to (checked by ``eval.fidelity``'s
+        ``check_loopback`` when the command runs)."""
+        self.add_argument("--server", required=True, metavar="URL", help="loopback base URL, e.g. http://127.0.0.1:30000")
 
 
 class UsageError(Exception):

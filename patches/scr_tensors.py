@@ -18,7 +18,7 @@ import math
 
 import torch
 
-from patches import plugin
+from patches import process
 from patches.rope import rotate_keys, shifted_rotation, text_rotary
 from serving.host_memory import host_free_memory
 
@@ -115,7 +115,7 @@ def decide_stores(policy, pool_kv, state, device: torch.device, server_args, mea
     """The policy's ``stores`` decision for these pools, read off their shapes (one side row per
     pool row of every layer, one shadow row per state slot), the free memory there and SGLang's
     settings (``server_args`` None on the test doubles: margin at its minimum). A refusal stops the
-    start (``plugin.refuse``: the launcher exits 2 with the message); the figures are logged."""
+    start (``process.refuse``: the launcher exits 2 with the message); the figures are logged."""
     kv = sum(row_bytes(k) + row_bytes(v) for k, v in pool_kv)
     state_bytes = sum(slot_bytes(t) for t in [*state.conv, state.temporal]) if state is not None else 0
     decision = policy.stores(
@@ -124,7 +124,7 @@ def decide_stores(policy, pool_kv, state, device: torch.device, server_args, mea
         tp_size=getattr(server_args, "tp_size", 1), pp_size=getattr(server_args, "pp_size", 1),
         mem_fraction_static=getattr(server_args, "mem_fraction_static", None))
     if decision.problem is not None:
-        raise plugin.refuse(decision.problem)
+        raise process.refuse(decision.problem)
     (logger.warning if decision.warn else logger.info)(decision.line)
     return decision
 
@@ -143,7 +143,7 @@ class ScrTensors:
         mamba_pool = getattr(scheduler.req_to_token_pool, "mamba_pool", None)
         self.state = mamba_pool.mamba_cache if mamba_pool is not None else None
         model_config = scheduler.model_config
-        # Raises RotaryMismatch (the plugin turns it into a refusal to start, exit 2), before any
+        # Raises RotaryMismatch (``patches.hook_sets`` turns it into a refusal to start, exit 2), before any
         # memory is taken.
         self.rotary = text_rotary(scheduler.tp_worker.model_runner.model, self.layers,
                                   model_config.hf_text_config, getattr(model_config, "context_len", None))

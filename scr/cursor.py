@@ -43,11 +43,11 @@ class RelocationCursor:
 
     Mutated only by its own methods (``decide`` counts retries, ``after_relocation`` moves on)."""
 
-    def __init__(self, blocks: tuple[Block, ...], lead_new_end: int, max_retries: int, restore: bool):
+    def __init__(self, blocks: tuple[Block, ...], resume_limit: int, max_retries: int, restore: bool):
         if not blocks:
             raise ValueError("a cursor needs at least one block")
         self.blocks = blocks
-        self.lead_new_end = lead_new_end
+        self.resume_limit = resume_limit
         self.max_retries = max_retries  # the ``splice_retry`` setting
         self.restore = restore  # the state gate asked for a restore at block 1
         self.retries = 0
@@ -61,11 +61,11 @@ class RelocationCursor:
 
     def decide(self, tree_hit: int, chunked_slot_busy: bool, gate_allows: bool) -> Decision:
         """§7.2 steps 6-8, at a waiting-queue pass after SGLang's own prefix match (``tree_hit``)."""
-        if chunked_slot_busy or tree_hit > self.lead_new_end:
+        if chunked_slot_busy or tree_hit > self.resume_limit:
             if chunked_slot_busy and self.retries < self.max_retries:
                 self.retries += 1
                 return Decision("retry", f"chunked slot busy ({self.retries}/{self.max_retries})")
-            cause = "chunked slot busy" if chunked_slot_busy else f"radix match {tree_hit} past the lead {self.lead_new_end}"
+            cause = "chunked slot busy" if chunked_slot_busy else f"radix match {tree_hit} past the lead {self.resume_limit}"
             return Decision("drop", cause)
         if not gate_allows:
             return Decision("gated")

@@ -46,7 +46,7 @@ from scr.intercept import Intercept
 @dataclass
 class RelocationProgress:
     """Where one request is in SCR's steps, from enqueue to release: the executor's request record
-    (``serving.request_book.TrackedRequest``) holds it as ``progress``; only ``scr.steps`` reads it.
+    (``patches.request_book.TrackedRequest``) holds it as ``progress``; only ``scr.steps`` reads it.
     The record itself keeps what every policy has (plan, rows moved, fallback, retractions)."""
 
     sid: str | None
@@ -129,7 +129,7 @@ def relocation_plan(rid: str, outcome: Intercept, prompt_len: int) -> Plan:
     """``ScrPolicy.plan``'s answer at enqueue: read up to each block's stop, relocate its rows from
     the session's side slot (restoring the saved recurrent state with block 1 unless
     ``ssm_mode=none``), read on; resume where the tree's match ends, no later than the leading
-    equal run (``lead_new_end``, §7.2 step 6). Any other outcome reads the whole prompt from the
+    equal run (``resume_limit``, §7.2 step 6). Any other outcome reads the whole prompt from the
     tree hit on. ``detail`` carries the outcome for ``scr.steps``."""
     if outcome.kind != "plan" or not outcome.blocks:
         steps = (Read(0, prompt_len),) if prompt_len else ()
@@ -144,7 +144,7 @@ def relocation_plan(rid: str, outcome: Intercept, prompt_len: int) -> Plan:
             steps.append(Restore(block.new_start + block.num_rows, slot))
         cursor = block.new_start + block.num_rows
     steps.append(Read(cursor, prompt_len))
-    return Plan(rid, 0, tuple(steps), resume_limit=outcome.lead_new_end, detail=outcome)
+    return Plan(rid, 0, tuple(steps), resume_limit=outcome.resume_limit, detail=outcome)
 
 
 def relocation_refusal(rows: int, slot: int | None, full_len: int, prefix_len: int, arm_restore: bool,

@@ -34,7 +34,7 @@ class Intercept:
     kept: int = 0
     deleted: int = 0
     inserted: int = 0
-    lead_new_end: int | None = None
+    resume_limit: int | None = None
     blocks: tuple[Block, ...] = ()
     # The side slot the plan reads, pinned at admission with its acquisition count (``SlotList``):
     # a relocation or restore refuses the slot if the session no longer holds this very acquisition.
@@ -72,11 +72,11 @@ def intercept(table: SessionTable, tokens: Sequence[int], knobs: RequestKnobs, c
     counts = dict(kept=kept, deleted=deleted, inserted=inserted)
     if is_passthrough(ops):
         return Intercept("passthrough", cfg, admission, **counts)
-    lead, blocks = plan_blocks(
+    resume_limit, blocks = plan_blocks(
         old, tokens, side_ids=session.side_ids, max_blocks=cfg.max_blocks, min_extend=cfg.min_extend,
         min_tail=cfg.min_tail, mb_min_gap=cfg.mb_min_gap, ops=ops,
     )
     kind = "plan" if blocks else "no_plan"
     slot = session.side_slot
-    return Intercept(kind, cfg, admission, lead_new_end=lead, blocks=tuple(blocks), side_slot=slot,
+    return Intercept(kind, cfg, admission, resume_limit=resume_limit, blocks=tuple(blocks), side_slot=slot,
                      slot_generation=table.generation(slot), **counts)

@@ -6,7 +6,7 @@ the block's K/V rows from the side buffer instead of recomputing them.  The last
 ``min_extend`` tokens of every block are forwarded (re-read) so that the computation right
 before each stretch of new text, and before sampling, is real forward computation.
 
-:func:`plan_blocks` returns ``(lead_new_end, blocks)``, the blocks sorted by ``new_start``:
+:func:`plan_blocks` returns ``(resume_limit, blocks)``, the blocks sorted by ``new_start``:
 rows ``old[old_start : old_start + num_rows]`` are relocated to new positions ``new_start ...``;
 everything else is prefilled.  No blocks means "no plan" (the request is served by plain radix
 caching plus prefill).
@@ -15,9 +15,9 @@ Rules, in the spec's order:
 
 * passthrough (§4.2 step 10): no plan unless the diff kept, deleted *and* inserted tokens;
 * the first opcode must be ``equal`` starting at (0, 0) (§6.5 "Built only when"); its new
-  end is ``lead_new_end``.  The leading run itself is never relocated, and it has no
+  end is ``resume_limit``.  The leading run itself is never relocated, and it has no
   minimum length here (the >= 1024-token LCP is a session-matching rule, §4.3);
-* candidates (§6.5 step 1): every *later* equal op with ``cj1 >= lead_new_end``, length
+* candidates (§6.5 step 1): every *later* equal op with ``cj1 >= resume_limit``, length
   ``n_c >= min_tail``, ``ci2 <= side_len`` and ``ci2 <= len(old)`` (``len(positions)``);
 * order (step 2): descending by ``(n_c, op_index, ci1, ci2, cj1, cj2)``: largest first,
   ties to the later op;
@@ -82,7 +82,7 @@ class Block(NamedTuple):
 
 
 def leading_equal_end(ops: Sequence[Opcode]) -> int | None:
-    """``lead_new_end``: new-side end of the leading equal run, or None if there is none (§6.5).
+    """``resume_limit``: new-side end of the leading equal run, or None if there is none (§6.5).
 
     The leading run is what the radix cache already serves; SCR only plans after it.
     """
@@ -92,7 +92,7 @@ def leading_equal_end(ops: Sequence[Opcode]) -> int | None:
 
 
 def candidate_ops(
-    ops: Sequence[Opcode], lead_new_end: int, *,
+    ops: Sequence[Opcode], resume_limit: int, *,
     side_len: int | None, len_positions: int, min_tail: int = MIN_TAIL,
 ) -> list[tuple[int, Opcode]]:
     """``(op_index, op)`` for each equal op after the leading run that may be relocated (§6.5 step 1).
@@ -103,7 +103,7 @@ def candidate_ops(
     out = []
     for k in range(1, len(ops)):
         tag, ci1, ci2, cj1, cj2 = ops[k]
-        if tag != "equal" or cj1 < lead_new_end or ci2 - ci1 < min_tail:
+        if tag != "equal" or cj1 < resume_limit or ci2 - ci1 < min_tail:
             continue
         if side_len is not None and ci2 > side_len:
             continue
@@ -119,11 +119,11 @@ def plan_blocks(
     min_extend: int = MIN_EXTEND, min_tail: int = MIN_TAIL, mb_min_gap: int = MB_MIN_GAP,
     side_ids: Sequence[int] | None = None, ops: Sequence[Opcode] | None = None,
 ) -> tuple[int | None, list[Block]]:
-    """``(lead_new_end, blocks)``: the plan, blocks sorted by ``new_start``.
+    """``(resume_limit, blocks)``: the plan, blocks sorted by ``new_start``.
 
-    ``lead_new_end`` is None when there is no leading equal run or the diff is a
+    ``resume_limit`` is None when there is no leading equal run or the diff is a
     passthrough; ``blocks`` is ``[]`` when there is no plan.  Executors need
-    ``lead_new_end`` for the "radix match past the leading run" deferral (§7.2 step 6).
+    ``resume_limit`` for the "radix match past the leading run" deferral (§7.2 step 6).
     See the module docstring for the rules.  ``side_ids`` (stored token ids) enables the
     alignment check; ``ops`` skips the diff when the caller already has it.
     """
@@ -131,18 +131,18 @@ def plan_blocks(
         ops = diff_opcodes(old, new)
     if is_passthrough(ops):
         return None, []
-    lead = leading_equal_end(ops)
-    if lead is None:
+    resume_limit = leading_equal_end(ops)
+    if resume_limit is None:
         return None, []
     if side_ids is not None and side_len is None:
         side_len = len(side_ids)
     kext = max(1, min_extend)
-    cands = candidate_ops(ops, lead, side_len=side_len, len_positions=len(old), min_tail=min_tail)
+    cands = candidate_ops(ops, resume_limit, side_len=side_len, len_positions=len(old), min_tail=min_tail)
     cands.sort(key=lambda c: (c[1][2] - c[1][1], c[0], c[1][1], c[1][2], c[1][3], c[1][4]),
                reverse=True)
     accepted = accept_blocks(cands, old, new, kext=kext, min_tail=min_tail, max_blocks=max(1, max_blocks),
                              side_ids=side_ids)
-    return lead, schedule_blocks(accepted, kext=kext, mb_min_gap=mb_min_gap)
+    return resume_limit, schedule_blocks(accepted, kext=kext, mb_min_gap=mb_min_gap)
 
 
 def accept_blocks(

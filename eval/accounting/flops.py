@@ -12,7 +12,7 @@ Units: FLOPs (multiply-add = 2), per token unless the name says otherwise; PFLOP
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields
 from typing import Mapping
 
 
@@ -129,23 +129,11 @@ def with_attention_pflops(prompt: int, read: int, decode: int, body_params: floa
 
 
 def geometry_from_config(config: Mapping) -> Geometry:
-    """A ``Geometry`` from a model ``config.json`` (its ``text_config`` when present)."""
+    """A ``Geometry`` from a model ``config.json`` (its ``text_config`` when present): each field
+    read under its own name; a field with a default (``attn_output_gate``) may be absent."""
     text = config.get("text_config", config)
-    return Geometry(
-        hidden_size=text["hidden_size"],
-        intermediate_size=text["intermediate_size"],
-        num_hidden_layers=text["num_hidden_layers"],
-        full_attention_interval=text["full_attention_interval"],
-        num_attention_heads=text["num_attention_heads"],
-        num_key_value_heads=text["num_key_value_heads"],
-        head_dim=text["head_dim"],
-        linear_num_key_heads=text["linear_num_key_heads"],
-        linear_key_head_dim=text["linear_key_head_dim"],
-        linear_num_value_heads=text["linear_num_value_heads"],
-        linear_value_head_dim=text["linear_value_head_dim"],
-        linear_conv_kernel_dim=text["linear_conv_kernel_dim"],
-        attn_output_gate=text.get("attn_output_gate", True),
-    )
+    return Geometry(**{f.name: text[f.name] if f.default is MISSING else text.get(f.name, f.default)
+                       for f in fields(Geometry)})
 
 
 # Qwen3.6-27B text_config shapes (docs/model.md §1): 64 layers, one full-attention layer in four.

@@ -42,7 +42,10 @@ NO_RELOCATION = ("radix", "exact")
 
 
 @dataclass(frozen=True)
-class Row:
+class Counts:
+    """What a served request and its row both carry: which request, and where its prompt tokens
+    came from (prompt = prefix reused + moved + read)."""
+
     rid: str
     policy: str
     conversation: str
@@ -51,6 +54,10 @@ class Row:
     moved: int
     read: int
     decode: int
+
+
+@dataclass(frozen=True)
+class Row(Counts):
     klass: str
     pflops: float
     pflops_naive: float = 0.0
@@ -63,17 +70,9 @@ class Row:
 
 
 @dataclass(frozen=True)
-class Served:
+class Served(Counts):
     """One request as a source saw it, before classification (in finishing order)."""
 
-    rid: str
-    policy: str
-    conversation: str
-    prompt_tokens: int
-    prefix_reused: int
-    moved: int
-    read: int
-    decode: int
     blocks: int = 0
     cached_tokens: int | None = None
     session: str = ""

@@ -8,7 +8,8 @@ import csv
 import json
 from pathlib import Path
 
-STAMP = "NOT A RESULT"
+from eval.bcp.compare_plots import plots
+from eval.bcp.compare_table import STAMP
 
 
 def _stamp_lines(result: dict) -> list[str]:
@@ -56,8 +57,6 @@ def write_csv(result: dict, path: Path) -> None:
 
 
 def write(result: dict, out: Path) -> None:
-    from eval.bcp.compare_plots import plots
-
     out.mkdir(parents=True, exist_ok=True)
     (out / "table.md").write_text(render_markdown(result))
     write_csv(result, out / "table.csv")

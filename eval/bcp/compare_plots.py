@@ -9,7 +9,7 @@ from typing import Callable
 
 from eval import plots as figs
 from eval.bcp import stats
-from eval.bcp.compare_output import STAMP
+from eval.bcp.compare_table import STAMP
 
 OUTCOME_COLOURS = {(True, True): "tab:green", (True, False): "tab:orange", (False, True): "tab:blue",
                    (False, False): "0.6"}  # (baseline correct, arm correct)

@@ -23,6 +23,7 @@ PAPER = {  # docs/eval.md §0.3 / §5.9: plain SGLang and SCR on BCP-830 (report
     "accuracy": ("60.2%", "60.2%"), "pflops": ("10.98", "7.14"), "ratio": ("1", "0.650"), "relocated_share": ("0", "7.8%"),
 }
 NO_PAPER = ("—", "—")
+STAMP = "NOT A RESULT"  # heads the table, the CSV and every plot title of a comparison with a not_a_result arm
 
 
 @dataclass

@@ -69,11 +69,29 @@ def restarted_files(record: Record, files: list[Path]) -> set[str]:
     return {str(p) for p in files if name and p.name.startswith(name)}
 
 
-def judge(record: Record, calls, error: str | None = None) -> dict[str, Verdict]:
-    """Every check of ``checks.CHECKS`` for one scenario (a scenario that raised fails the first two)."""
+def _ingested(record: Record, present: list[Path], client_path: Path | None) -> tuple[list, list[str], int, dict]:
+    """The events files read and ingested with every check (``eval.report ingest``): their
+    segments, the failed checks, the lines the writer reported lost, ingest's summary. A file that
+    cannot be read is a failed check, not a usage error."""
     from eval.report import ingest
     from policy.events import read_jsonl
 
+    summary: dict = {}
+    try:
+        segs = [s for path in present for s in segments(str(path))]
+        if not present:
+            failures = ["no events file was written"]
+        else:
+            _, failures = ingest(present, record.out / "report", client_path=client_path, policy=record.policy)
+            summary = json.loads((record.out / "report" / "summary.json").read_text())
+        lost_in_files = sum(read_jsonl(str(p)).lost for p in present)
+    except ValueError as exc:  # an unreadable file or a call served twice: a failed check, not a usage error
+        segs, failures, lost_in_files = [], [f"the events files cannot be ingested: {exc}"], 0
+    return segs, failures, lost_in_files, summary
+
+
+def judge(record: Record, calls, error: str | None = None) -> dict[str, Verdict]:
+    """Every check of ``checks.CHECKS`` for one scenario (a scenario that raised fails the first two)."""
     notes = record.notes
     files = [Path(p) for p in notes.get("events_at_end", [str(p) for p in record.events])]
     client_rows = []
@@ -82,19 +100,8 @@ def judge(record: Record, calls, error: str | None = None) -> dict[str, Verdict]
         client_rows = [json.loads(line) for line in client_path.read_text().splitlines() if line.strip()]
     answered = {row["rid"] for row in client_rows}
     window = list(notes.get("lost_window", []))
-    present = [p for p in files if p.exists()]
-    summary: dict = {}
-    try:
-        segs = [s for path in present for s in segments(str(path))]
-        if not present:
-            failures = ["no events file was written"]
-        else:
-            _, failures = ingest(present, record.out / "report", client_path=client_path if client_rows else None,
-                                 policy=record.policy)
-            summary = json.loads((record.out / "report" / "summary.json").read_text())
-        lost_in_files = sum(read_jsonl(str(p)).lost for p in present)
-    except ValueError as exc:  # an unreadable file or a call served twice: a failed check, not a usage error
-        segs, failures, lost_in_files = [], [f"the events files cannot be ingested: {exc}"], 0
+    segs, failures, lost_in_files, summary = _ingested(record, [p for p in files if p.exists()],
+                                                       client_path if client_rows else None)
     have = {event["rid"] for seg in segs for event in seg.events}
     restarted = restarted_files(record, files)
     victims = {c for c, w in notes.get("pins_before_kill", {}).items() if w == notes.get("restarted")}

@@ -134,46 +134,16 @@ def run_alone(policy: str, calls, out: Path, model: Path, plan: Plan, allow_moun
     events = disk.events_dir() / "events.jsonl"
     events.unlink(missing_ok=True)
     record = Record(policy, "alone", out, events=[events], notes={"disk": disk.kind})
-    first, middle = phase(calls, 0, plan.a), phase(calls, plan.a, plan.b)
     args = [*server_args(policy, calls, plan.concurrency), "--cache-events", str(events)]
-    env = {"SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "0", **disk.server_env(len(first) + 1, plan.lost)}
+    env = {"SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "0", **disk.server_env(len(phase(calls, 0, plan.a)) + 1, plan.lost)}
     server = ServerProcess(str(model), out / "server-1.log", args, env=env, graceful_stop=False)
     record.logs.append(server.log_path)
     try:
-        server.start()
-        send = RetryingSend(direct_send(server.url))
-        replay_phase(send, first, out, plan.concurrency)
-        wait_for_events_in({"e": events}, [c.rid(RUN) for c in first], timeout=30)
-        disk.fill()
-        # the last conversations' calls first (turn order kept): the first conversation's calls,
-        # which relocate in the CI trace, keep their events
-        candidates = sorted(middle, key=lambda c: (c.turn, [-ord(ch) for ch in c.conversation]))
-        window = full_disk_window(send, candidates, out, server.log_path, events, plan.lost)
-        record.notes["lost_window"] = [c.rid(RUN) for c in window]
-        # when each was sent: the exact replay must still see the prompts whose events were lost
-        record.notes["window_sent_ts"] = {c.rid(RUN): send.sent_at[c.rid(RUN)] for c in window}
-        disk.free()
-        rest = [c for c in middle if c not in window]
-        replay_phase(send, rest, out, plan.concurrency)
-        wait_for_events_in({"e": events}, [c.rid(RUN) for c in rest], timeout=30)
+        _alone_until_the_kill(server, record, disk, calls, out, events, plan)
         kill(server)
         record.notes["killed"] = {"server": "server-1", "between_turns": True, "after_turn": plan.b - 1}
-        pool = shrunk_pool(calls)
-        args2 = [*server_args(policy, calls, plan.concurrency, pool), "--cache-events", str(events)]
-        server = ServerProcess(str(model), out / "server-2.log", args2, env={"SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "0"},
-                               graceful_stop=False, port=server.port)
-        record.logs.append(server.log_path)
-        record.notes["restart_pool_tokens"] = pool
-        server.start()
-        send = RetryingSend(direct_send(server.url))
-        last = phase(calls, plan.b, 10**9)
-        replay_phase(send, last, out, plan.concurrency)
-        wait_for_events_in({"e": events}, [c.rid(RUN) for c in last], timeout=30)
-        record.notes["retried"] = send.retried()
-        record.notes["after_restart"] = {"server-2": [c.rid(RUN) for c in last]}
-        snapshot_events(record)
-        if policy == "exact":
-            record.notes["probes"] = probe_exact({"server-2": server.url}, last, RUN)
+        server = _alone_restart_server(policy, calls, out, model, plan, events, server.port, record)
+        _alone_after_the_restart(server, record, policy, calls, out, events, plan)
     except Exception as exc:  # noqa: BLE001 - a scenario that stops is judged as far as it got
         record.notes["error"] = f"{type(exc).__name__}: {exc}"
     finally:
@@ -182,6 +152,57 @@ def run_alone(policy: str, calls, out: Path, model: Path, plan: Plan, allow_moun
             snapshot_events(record)
         disk.close()
     return record
+
+
+def _alone_until_the_kill(server: ServerProcess, record: Record, disk, calls, out: Path, events: Path,
+                          plan: Plan) -> None:
+    """Turns before ``plan.a``; then up to ``plan.b`` with the disk full for a window of calls
+    (their events lost), the rest after it is freed."""
+    first, middle = phase(calls, 0, plan.a), phase(calls, plan.a, plan.b)
+    server.start()
+    send = RetryingSend(direct_send(server.url))
+    replay_phase(send, first, out, plan.concurrency)
+    wait_for_events_in({"e": events}, [c.rid(RUN) for c in first], timeout=30)
+    disk.fill()
+    # the last conversations' calls first (turn order kept): the first conversation's calls,
+    # which relocate in the CI trace, keep their events
+    candidates = sorted(middle, key=lambda c: (c.turn, [-ord(ch) for ch in c.conversation]))
+    window = full_disk_window(send, candidates, out, server.log_path, events, plan.lost)
+    record.notes["lost_window"] = [c.rid(RUN) for c in window]
+    # when each was sent: the exact replay must still see the prompts whose events were lost
+    record.notes["window_sent_ts"] = {c.rid(RUN): send.sent_at[c.rid(RUN)] for c in window}
+    disk.free()
+    rest = [c for c in middle if c not in window]
+    replay_phase(send, rest, out, plan.concurrency)
+    wait_for_events_in({"e": events}, [c.rid(RUN) for c in rest], timeout=30)
+
+
+def _alone_restart_server(policy: str, calls, out: Path, model: Path, plan: Plan, events: Path, port: int,
+                          record: Record) -> ServerProcess:
+    """The second server (not started): same port and events file, a KV pool shrunk to what the
+    remaining turns need."""
+    pool = shrunk_pool(calls)
+    args2 = [*server_args(policy, calls, plan.concurrency, pool), "--cache-events", str(events)]
+    server = ServerProcess(str(model), out / "server-2.log", args2, env={"SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "0"},
+                           graceful_stop=False, port=port)
+    record.logs.append(server.log_path)
+    record.notes["restart_pool_tokens"] = pool
+    return server
+
+
+def _alone_after_the_restart(server: ServerProcess, record: Record, policy: str, calls, out: Path, events: Path,
+                             plan: Plan) -> None:
+    """The turns from ``plan.b`` on, on the restarted server; exact's probes after the snapshot."""
+    server.start()
+    send = RetryingSend(direct_send(server.url))
+    last = phase(calls, plan.b, 10**9)
+    replay_phase(send, last, out, plan.concurrency)
+    wait_for_events_in({"e": events}, [c.rid(RUN) for c in last], timeout=30)
+    record.notes["retried"] = send.retried()
+    record.notes["after_restart"] = {"server-2": [c.rid(RUN) for c in last]}
+    snapshot_events(record)
+    if policy == "exact":
+        record.notes["probes"] = probe_exact({"server-2": server.url}, last, RUN)
 
 
 def full_disk_window(send, candidates, out: Path, log: Path, events: Path, lost: int) -> list:
@@ -244,7 +265,6 @@ def snapshot_events(record: Record) -> None:
 
 def run_router(policy: str, calls, out: Path, model: Path, plan: Plan, workers: int = 2) -> Record:
     from eval.cluster.cluster import Cluster
-    from eval.cluster.router_client import for_router
 
     out.mkdir(parents=True, exist_ok=True)
     (out / "client.jsonl").unlink(missing_ok=True)
@@ -253,40 +273,7 @@ def run_router(policy: str, calls, out: Path, model: Path, plan: Plan, workers: 
     record = Record(policy, "router", out, events=list(cluster.events_paths().values()),
                     logs=[cluster.worker_dir(i) / "server.log" for i in range(workers)])
     try:
-        cluster.start()
-        def via_router(path, payload):
-            body, headers = for_router(payload, True)
-            return client.request(cluster.url, path, body, timeout=600, headers=headers)
-
-        send = RetryingSend(via_router)
-        first = phase(calls, 0, plan.a)
-        replay_phase(send, first, out, len({c.conversation for c in calls}))
-        pins = pinned(cluster, [c.rid(RUN) for c in first])
-        victim = workers - 1
-        victims = {conv for conv, w in pins.items() if w == f"worker-{victim}"}
-        middle = phase(calls, plan.a, plan.b)
-        done = threading.Event()
-        killer = threading.Thread(target=kill_when_busy, args=(cluster, victim, send, victims, record, done),
-                                  daemon=True)
-        killer.start()
-        try:
-            replay_phase(send, middle, out, len({c.conversation for c in calls}))
-        finally:
-            done.set()
-            killer.join(timeout=60)
-        restarted = restart_worker(cluster, victim, out)
-        record.logs.append(restarted.log_path)
-        record.notes["restarted"] = f"worker-{victim}"
-        record.notes["router_takes_back_s"] = wait_router_uses(cluster)
-        last = phase(calls, plan.b, 10**9)
-        replay_phase(send, last, out, len({c.conversation for c in calls}))
-        wait_for_events_in(cluster.events_paths(), [c.rid(RUN) for c in calls], timeout=30)
-        record.notes["pins_before_kill"] = pins
-        record.notes["retried"] = send.retried()
-        snapshot_events(record)
-        if policy == "exact":
-            urls = {f"worker-{i}": s.url for i, s in enumerate(cluster.servers)}
-            record.notes["probes"] = probe_exact(urls, last, RUN, via=where_served(cluster, last))
+        _router_scenario(cluster, record, policy, calls, out, plan, workers)
     except Exception as exc:  # noqa: BLE001 - a scenario that stops is judged as far as it got
         record.notes["error"] = f"{type(exc).__name__}: {exc}"
     finally:
@@ -294,6 +281,51 @@ def run_router(policy: str, calls, out: Path, model: Path, plan: Plan, workers: 
         if "events_at_end" not in record.notes:
             snapshot_events(record)
     return record
+
+
+def _router_scenario(cluster, record: Record, policy: str, calls, out: Path, plan: Plan, workers: int) -> None:
+    """Turns before ``plan.a`` pin the conversations; the last worker is killed while it serves
+    turns up to ``plan.b`` and restarted; the rest, then exact's probes."""
+    from eval.cluster.router_client import for_router
+
+    cluster.start()
+    def via_router(path, payload):
+        body, headers = for_router(payload, True)
+        return client.request(cluster.url, path, body, timeout=600, headers=headers)
+
+    send = RetryingSend(via_router)
+    first = phase(calls, 0, plan.a)
+    replay_phase(send, first, out, len({c.conversation for c in calls}))
+    pins = pinned(cluster, [c.rid(RUN) for c in first])
+    victim = workers - 1
+    _replay_killing(cluster, victim, send, pins, record, calls, phase(calls, plan.a, plan.b), out)
+    restarted = restart_worker(cluster, victim, out)
+    record.logs.append(restarted.log_path)
+    record.notes["restarted"] = f"worker-{victim}"
+    record.notes["router_takes_back_s"] = wait_router_uses(cluster)
+    last = phase(calls, plan.b, 10**9)
+    replay_phase(send, last, out, len({c.conversation for c in calls}))
+    wait_for_events_in(cluster.events_paths(), [c.rid(RUN) for c in calls], timeout=30)
+    record.notes["pins_before_kill"] = pins
+    record.notes["retried"] = send.retried()
+    snapshot_events(record)
+    if policy == "exact":
+        urls = {f"worker-{i}": s.url for i, s in enumerate(cluster.servers)}
+        record.notes["probes"] = probe_exact(urls, last, RUN, via=where_served(cluster, last))
+
+
+def _replay_killing(cluster, victim: int, send, pins: dict[str, str], record: Record, calls, middle, out: Path) -> None:
+    """Replay ``middle`` while a thread kills worker ``victim`` once it serves one of its pinned conversations."""
+    victims = {conv for conv, w in pins.items() if w == f"worker-{victim}"}
+    done = threading.Event()
+    killer = threading.Thread(target=kill_when_busy, args=(cluster, victim, send, victims, record, done),
+                              daemon=True)
+    killer.start()
+    try:
+        replay_phase(send, middle, out, len({c.conversation for c in calls}))
+    finally:
+        done.set()
+        killer.join(timeout=60)
 
 
 def pinned(cluster, rids) -> dict[str, str]:

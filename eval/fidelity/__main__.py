@@ -17,7 +17,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = Parser(prog=PROG, description="How far scr answers are from a cold read (eval/fidelity/__init__.py).\n\n"
                     "Exit status: 0 every check passed, 1 a check failed or the server failed a request, "
                     "2 a usage error (flags, scenario file, server address).")
-    parser.add_argument("--server", required=True, metavar="URL", help="loopback base URL, e.g. http://127.0.0.1:30000")
+    parser.add_server()
     parser.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
     parser.add_argument("--scenarios", type=Path, default=None, metavar="FILE",
                         help="scenario JSON file (default: the built-in set)")

@@ -171,6 +171,40 @@ def run_fidelity(server_url: str, out_dir: str | Path, scenarios: Sequence[Scena
     ``ServerError`` when a request fails. Failed checks do not raise: they are listed in
     ``summary["checks_failed"]`` (the CLI exits 1 on any).
     """
+    scenarios = _checked_scenarios(scenarios, tokens, top)
+    base, post = _connect(server_url, post)
+    if progress is STDERR:
+        progress = sys.stderr
+    run_id = run_id or f"{time.strftime('%Y%m%d%H%M%S')}-{secrets.token_hex(3)}"
+    events_path = Path(events_path) if events_path is not None else None
+    out = _out_dir(out_dir)
+
+    def say(line: str) -> None:
+        if progress is not None:
+            print(line, file=progress, flush=True)
+
+    say(f"fidelity: run {run_id}: {len(scenarios)} scenario(s) on {base}, {tokens} tokens, top-{top}")
+    rows = _measure(post, scenarios, run_id, tokens, top, say)
+    checks_failed = _checks_failed(rows, events_path, events_timeout)
+    summary_by_arm = metrics.summarise(rows)
+    text = metrics.markdown(summary_by_arm, rows, tokens, top)
+    files = _write(out, rows, text)
+    summary = {
+        "run": run_id, "server": base, "tokens": tokens, "top": top,
+        "events": None if events_path is None else str(events_path),
+        "scenarios": [s.name for s in scenarios], "requests": len(rows), "arms": summary_by_arm,
+        "checks_failed": checks_failed, "warnings": _warnings(summary_by_arm), "note": metrics.NOTE,
+        "markdown": text, "files": [str(p) for p in files],
+    }
+    summary["files"].append(str(out / "summary.json"))
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    summary["rows"] = rows
+    return summary
+
+
+def _checked_scenarios(scenarios: Sequence[Scenario] | None, tokens: int, top: int) -> list[Scenario]:
+    """The scenarios to run (the built-in set by default), once the settings and every arm's salt
+    are known to be usable; else ``UsageError``."""
     if tokens < 1 or top < 1:
         raise UsageError(f"tokens={tokens}, top={top}: both must be >= 1")
     scenarios = list(scenarios) if scenarios is not None else default_scenarios()
@@ -179,25 +213,31 @@ def run_fidelity(server_url: str, out_dir: str | Path, scenarios: Sequence[Scena
             problem = salt_problem(arm.salt)
             if problem:
                 raise UsageError(f"scenario {scenario.name}, arm {arm.name}: {problem}")
+    return scenarios
+
+
+def _connect(server_url: str, post: Post | None) -> tuple[str, Post]:
+    """The loopback base URL and the transport: ``post`` as given (tests), else HTTP to a server
+    that answers."""
     base = check_loopback(server_url)
     if post is None:
         check_reachable(base)
         post = lambda path, payload: http.post_json(base + path, payload)  # noqa: E731
-    if progress is STDERR:
-        progress = sys.stderr
-    run_id = run_id or f"{time.strftime('%Y%m%d%H%M%S')}-{secrets.token_hex(3)}"
-    events_path = Path(events_path) if events_path is not None else None
+    return base, post
+
+
+def _out_dir(out_dir: str | Path) -> Path:
     out = Path(out_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"--out {out}: {exc.strerror or exc}") from None
+    return out
 
-    def say(line: str) -> None:
-        if progress is not None:
-            print(line, file=progress, flush=True)
 
-    say(f"fidelity: run {run_id}: {len(scenarios)} scenario(s) on {base}, {tokens} tokens, top-{top}")
+def _measure(post: Post, scenarios: Sequence[Scenario], run_id: str, tokens: int, top: int,
+             say: Callable[[str], None]) -> list[dict]:
+    """Steps 1 and 2 (``_serve_conversations``, ``_cold_reads``): one row per arm and measured turn."""
     served = _serve_conversations(post, scenarios, run_id, tokens, top)
     rows: list[dict] = []
     for number, scenario in enumerate(scenarios, 1):
@@ -207,7 +247,11 @@ def run_fidelity(server_url: str, out_dir: str | Path, scenarios: Sequence[Scena
             for arm in scenario.arms for turn in range(2, len(scenario.turns) + 1)]
         rows.extend(scenario_rows)
         say(_progress_line(number, len(scenarios), scenario, scenario_rows))
+    return rows
 
+
+def _checks_failed(rows: list[dict], events_path: Path | None, events_timeout: float) -> list[str]:
+    """Step 3: join the server's events to the rows (when given), then every failed check once."""
     checks_failed: list[str] = []
     if events_path is not None:
         wanted = [r["rid"] for r in rows] + sorted({r["cold_rid"] for r in rows})
@@ -218,24 +262,13 @@ def run_fidelity(server_url: str, out_dir: str | Path, scenarios: Sequence[Scena
         _join_events(rows, events)
     for row in rows:
         checks_failed.extend(row["checks_failed"])
-    checks_failed = list(dict.fromkeys(checks_failed))  # a shared cold read's failure once
-    summary_by_arm = metrics.summarise(rows)
-    warnings = [f"arm {arm}: no request relocated anything (an ssm mode that declines, no free side slot, "
-                "or edits the planner does not take)"
-                for arm, values in summary_by_arm.items() if values["relocated"] == 0]
-    text = metrics.markdown(summary_by_arm, rows, tokens, top)
-    files = _write(out, rows, text)
-    summary = {
-        "run": run_id, "server": base, "tokens": tokens, "top": top,
-        "events": None if events_path is None else str(events_path),
-        "scenarios": [s.name for s in scenarios], "requests": len(rows), "arms": summary_by_arm,
-        "checks_failed": checks_failed, "warnings": warnings, "note": metrics.NOTE,
-        "markdown": text, "files": [str(p) for p in files],
-    }
-    summary["files"].append(str(out / "summary.json"))
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    summary["rows"] = rows
-    return summary
+    return list(dict.fromkeys(checks_failed))  # a shared cold read's failure once
+
+
+def _warnings(summary_by_arm: dict) -> list[str]:
+    return [f"arm {arm}: no request relocated anything (an ssm mode that declines, no free side slot, "
+            "or edits the planner does not take)"
+            for arm, values in summary_by_arm.items() if values["relocated"] == 0]
 
 
 def _serve_conversations(post: Post, scenarios: Sequence[Scenario], run_id: str, tokens: int, top: int) -> dict:

@@ -43,6 +43,33 @@ def turns() -> list[list[int]]:
 
 def run(ctx):
     checks = Checks()
+    served = _serve_two_turns(ctx, checks)
+    records = log_records(served["log"])
+    init = [r for r in records if r["kind"] == "init"]
+    checks.expect(bool(init) and all(r["rotary"] for r in init), f"the runtime re-rotates keys (init rotary={[r['rotary'] for r in init]})")
+    event1, event2 = served["events"].get("scr.1"), served["events"].get("scr.2")
+    if not checks.expect(event1 is not None and event2 is not None, "both turns have an event"):
+        return checks.result("scr")
+    checks.expect(event1["moved"] == 0, f"turn 1 is a cold session (moved {event1['moved']})")
+    _check_relocation(checks, event2, served["two"], records)
+    flags_after = servers.graph_flags(served["log"][served["before_turn_2"]:served["after_turn_2"]])
+    if ctx.cuda:
+        checks.expect(any(flags_after), f"turn 2 decoded on CUDA graphs ({flags_after.count(True)} of "
+                                        f"{len(flags_after)} of its decode steps)")
+    checks.note("turn_2_graph_steps", [flags_after.count(True), len(flags_after)])
+    two, cold = served["two"], served["cold"]
+    deltas_lp = [abs(a - b) for a, b in zip(two["logprobs"], cold["logprobs"])]
+    checks.note("relocated_vs_full_read", {"ids_equal": two["output_ids"] == cold["output_ids"],
+                                           "max_delta_logprob": max(deltas_lp) if deltas_lp else None,
+                                           "cold_cached_tokens": cold["cached_tokens"]})
+    graphs = "" if ctx.cuda else " (CPU: no CUDA graphs to check)"
+    return checks.result("scr", f"turn 2 moved {event2['moved']} rows (Δ -200), reused {event2['prefix_reused']}, "
+                                f"read {event2['read']}, no fallback{graphs}")
+
+
+def _serve_two_turns(ctx, checks: Checks) -> dict:
+    """One scr server: the two turns, their events, the second prompt read cold in another
+    namespace, the log (and where turn 2's lines are in it)."""
     events_path = ctx.out / "scr-events.jsonl"
     args = ["--cache-policy", "scr", "--serving-profile", PROFILE, "--cache-events", str(events_path),
             *SCR_ARGS, *(GRAPH_ARGS if ctx.cuda else [])]
@@ -58,13 +85,12 @@ def run(ctx):
         cold = output_record(server.generate(second, DECODE, rid="scr.cold", extra_key="gpu-check-cold"))
         log = server.log_text()
         servers.check_clean_log(checks, server)
-    records = log_records(log)
-    init = [r for r in records if r["kind"] == "init"]
-    checks.expect(bool(init) and all(r["rotary"] for r in init), f"the runtime re-rotates keys (init rotary={[r['rotary'] for r in init]})")
-    event1, event2 = events.get("scr.1"), events.get("scr.2")
-    if not checks.expect(event1 is not None and event2 is not None, "both turns have an event"):
-        return checks.result("scr")
-    checks.expect(event1["moved"] == 0, f"turn 1 is a cold session (moved {event1['moved']})")
+    return {"one": one, "two": two, "cold": cold, "events": events, "log": log,
+            "before_turn_2": before_turn_2, "after_turn_2": after_turn_2}
+
+
+def _check_relocation(checks: Checks, event2: dict, two: dict, records: list[dict]) -> None:
+    """Turn 2 relocated, without a fallback, by -200, and its counts agree with SGLang's and the log's."""
     checks.expect(event2["moved"] > 0 and event2["blocks"] >= 1,
                   f"turn 2 relocated {event2['moved']} rows in {event2['blocks']} block(s)")
     checks.expect(event2.get("fallback") is None, f"turn 2 had no fallback ({event2.get('fallback')})")
@@ -80,15 +106,3 @@ def run(ctx):
     checks.expect(deltas[:1] == [-200], f"the relocated rows were re-rotated by -200 (phase2 rot_delta {deltas})")
     fallbacks = [r["kind"] for r in records if r["kind"] in FALLBACK_KINDS]
     checks.expect(not fallbacks, f"no fall-back line in the log ({fallbacks})")
-    flags_after = servers.graph_flags(log[before_turn_2:after_turn_2])
-    if ctx.cuda:
-        checks.expect(any(flags_after), f"turn 2 decoded on CUDA graphs ({flags_after.count(True)} of "
-                                        f"{len(flags_after)} of its decode steps)")
-    checks.note("turn_2_graph_steps", [flags_after.count(True), len(flags_after)])
-    deltas_lp = [abs(a - b) for a, b in zip(two["logprobs"], cold["logprobs"])]
-    checks.note("relocated_vs_full_read", {"ids_equal": two["output_ids"] == cold["output_ids"],
-                                           "max_delta_logprob": max(deltas_lp) if deltas_lp else None,
-                                           "cold_cached_tokens": cold["cached_tokens"]})
-    graphs = "" if ctx.cuda else " (CPU: no CUDA graphs to check)"
-    return checks.result("scr", f"turn 2 moved {event2['moved']} rows (Δ -200), reused {event2['prefix_reused']}, "
-                                f"read {event2['read']}, no fallback{graphs}")

@@ -16,7 +16,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = Parser(prog=PROG, description="Replay a trace against a loopback server with forced decoding "
                     "(eval/replay/__init__.py).\n\nExit status: 0 done, 1 the server's ids differ from the trace "
                     "or it failed a call, 2 a usage error (flags, trace file, server address).")
-    parser.add_argument("--server", required=True, metavar="URL", help="loopback base URL, e.g. http://127.0.0.1:30000")
+    parser.add_server()
     parser.add_argument("--trace", type=Path, required=True, metavar="FILE", help="trace file (eval/traces/format.py)")
     parser.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory (client.jsonl)")
     parser.add_argument("--run-id", default=DEFAULT_RUN, metavar="NAME",

@@ -42,6 +42,10 @@ RETRY_FOR_S = 300.0  # how long a call keeps retrying (a worker restart plus the
 BACKOFF_S = (0.5, 1.0, 2.0, 4.0)
 
 
+class ServerError(RuntimeError):
+    """The server refused or failed a call (exit status 1); also: no server answered a retried call."""
+
+
 def retryable(reply: client.Reply) -> bool:
     """The server is gone (no answer) or the router found no worker: retry. Everything else is final."""
     if reply.status is None:
@@ -84,8 +88,6 @@ class RetryingSend:
             self.sleep(BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)])
         with self.lock:
             self.attempts[rid] = errors
-        from eval.replay.run import ServerError
-
         raise ServerError(f"{rid}: no server answered in {self.retry_for_s:.0f} s ({len(errors)} attempts; "
                           f"last: {errors[-1] if errors else '-'})")
 

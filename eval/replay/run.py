@@ -17,10 +17,10 @@ from typing import Callable, Iterable, Sequence, TextIO
 
 from eval.cluster.router_client import for_router
 from eval.fidelity.run import UsageError, check_loopback, check_reachable
+from eval.replay.retry import RetryingSend, Send, ServerError
 from eval.soak import client
 from eval.traces.format import TraceCall, TraceError, by_conversation, read_trace
 
-Send = Callable[[str, dict], client.Reply]
 CLIENT_FILE = "client.jsonl"
 DEFAULT_RUN = "replay"
 CALL_TIMEOUT_S = 3600.0  # one call: a long prompt read cold on a busy server
@@ -29,10 +29,6 @@ PROGRESS_EVERY_S = 5.0
 
 class Mismatch(RuntimeError):
     """The server's output ids differ from the trace's completion ids (exit status 1: a failed check)."""
-
-
-class ServerError(RuntimeError):
-    """The server refused or failed a call (exit status 1)."""
 
 
 def call_payload(call: TraceCall, run: str) -> dict:
@@ -242,7 +238,5 @@ def run_replay(server_url: str, trace_path: Path, out: Path, run: str = DEFAULT_
         return client.request(base, path, body, timeout=CALL_TIMEOUT_S, headers=headers)
 
     if router:  # a worker behind the router may die: retry its calls on the one the router picks next
-        from eval.replay.retry import RetryingSend
-
         return replay(RetryingSend(send), trace, out, run, concurrency, progress)
     return replay(send, trace, out, run, concurrency, progress)

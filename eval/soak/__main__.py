@@ -26,16 +26,21 @@ def latency_ratio(text: str) -> float | None:
     return value
 
 
-def main(argv: list[str] | None = None) -> int:
-    from eval.soak import format_table, run_soak
-
+def build_parser() -> Parser:
+    """The command's flags: where, the load phase (``_add_load``), the probes after it (``_add_probes``)."""
     parser = Parser(prog=PROG, description="Bounded multi-tenant soak of a loopback server (eval/soak/__init__.py).\n\n"
                     "The server's admin routes (/flush_cache, /abort_request, /server_info) need its --admin-api-key: "
                     f"export {http.ADMIN_KEY_ENV}=KEY.\n\n"
                     "Exit status: 0 every check passed, 1 a check failed, 2 a usage error.")
-    parser.add_argument("--server", required=True, metavar="URL", help="loopback base URL, e.g. http://127.0.0.1:30000")
+    parser.add_server()
     parser.add_argument("--out", type=Path, required=True, metavar="DIR",
                         help="output directory (report.json, requests.jsonl)")
+    _add_load(parser)
+    _add_probes(parser)
+    return parser
+
+
+def _add_load(parser: Parser) -> None:
     parser.add_argument("--minutes", type=positive_number, default=None,
                         help="load phase length (default: 5 without --requests; no time bound with it)")
     parser.add_argument("--requests", type=int_at_least(1), default=None, metavar="N",
@@ -57,6 +62,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="malformed requests to interleave")
     parser.add_argument("--max-new-tokens", type=int_at_least(1), default=8, metavar="N",
                         help="tokens generated per request")
+
+
+def _add_probes(parser: Parser) -> None:
     parser.add_argument("--fuzz-cases", type=int_at_least(0), default=None, metavar="N",
                         help="after the load, the schema-driven malformed set (every field of every generating "
                         "route, each wrong kind of value): N cases drawn from it, 0 none (default: all)")
@@ -75,7 +83,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="skip the route table's fuzz (every open, closed and admin route of "
                         "GET /cache_policy/routes asked as its verdict says)")
     parser.add_argument("--idle-seconds", type=float, default=5.0, metavar="S", help="idle wait after /flush_cache")
-    args = parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from eval.soak import format_table, run_soak
+
+    args = build_parser().parse_args(argv)
 
     def body() -> int:
         report = run_soak(args.server, args.out, minutes=args.minutes, requests=args.requests, seed=args.seed,

@@ -147,13 +147,21 @@ def completions_payload(rid: str, ids: list[int], salt: str, max_tokens: int, mo
             "ignore_eos": True, "rid": rid, "cache_salt": salt}
 
 
-def read_generate(reply: client.Reply) -> dict:
-    """The record fields of a ``/generate`` reply."""
+def _reply_record(reply: client.Reply) -> tuple[dict, dict | None]:
+    """The record fields every reply has (status, seconds, the client's error), and the body of a
+    200 answer (``{}`` when it is not a JSON object; None for any other status)."""
     out: dict = {"status": reply.status, "seconds": round(reply.seconds, 4)}
     if reply.error:
         out["error"] = reply.error[:300]
-    if reply.status == 200:
-        body = reply.body if isinstance(reply.body, dict) else {}
+    if reply.status != 200:
+        return out, None
+    return out, reply.body if isinstance(reply.body, dict) else {}
+
+
+def read_generate(reply: client.Reply) -> dict:
+    """The record fields of a ``/generate`` reply."""
+    out, body = _reply_record(reply)
+    if body is not None:
         meta = body.get("meta_info") or {}
         finish = meta.get("finish_reason")
         out["finish_reason"] = finish.get("type") if isinstance(finish, dict) else finish
@@ -169,11 +177,9 @@ def read_generate(reply: client.Reply) -> dict:
 
 
 def read_completion(reply: client.Reply) -> dict:
-    out: dict = {"status": reply.status, "seconds": round(reply.seconds, 4)}
-    if reply.error:
-        out["error"] = reply.error[:300]
-    if reply.status == 200:
-        body = reply.body if isinstance(reply.body, dict) else {}
+    """The record fields of a ``/v1/completions`` reply."""
+    out, body = _reply_record(reply)
+    if body is not None:
         choices = body.get("choices") or [{}]
         out["finish_reason"] = choices[0].get("finish_reason")
         usage = body.get("usage") or {}
@@ -527,10 +533,25 @@ class Soak:
                             "checks": {"alive": check.to_dict()}, "passed": False})
 
     def report(self, policy, events, lines, idle_lines, flush_tries, alive, pairs, started) -> dict:
+        results = self.check_results(policy, events, lines, idle_lines, flush_tries, alive, pairs)
+        counts = self.counts(events)
+        measured = _measured(events)
+        report = {
+            "run": self.run, "server": self.base, "policy": policy, "seed": self.cfg.seed,
+            "config": self.config_record(),
+            "load_s": round(self.load_ended - self.load_started, 2),
+            "wall_s": round(time.monotonic() - started, 2),
+            "counts": counts, "measured": measured, "safety": self.safety,
+            "checks": {c.name: c.to_dict() for c in results},
+            "passed": all(c.status != checks.FAIL for c in results),
+        }
+        return self.finish(report)
+
+    def check_results(self, policy, events, lines, idle_lines, flush_tries, alive, pairs) -> list:
+        """Every check of the report, in its order; a check whose input was not given is skipped, saying why."""
         cfg = self.cfg
-        records = self.records
-        wellformed = [r for r in records if r["kind"] != "malformed"]
-        results = [
+        wellformed = [r for r in self.records if r["kind"] != "malformed"]
+        return [
             checks.Check.of("alive", [] if alive.get("status") == 200 and alive.get("output_ids")
                             else [f"{alive['rid']}: {alive.get('status') or alive.get('error')}"],
                             "a good request after the checks"),
@@ -550,9 +571,14 @@ class Soak:
             checks.check_wellformed(wellformed),
             *self.safety_checks(events),
         ]
+
+    def counts(self, events) -> dict:
+        """What was sent and how the server answered, by kind."""
+        records = self.records
+        wellformed = [r for r in records if r["kind"] != "malformed"]
         statuses = Counter(_status_class(r.get("status")) for r in records)
         aborted = [r for r in records if r.get("abort")]
-        counts = {
+        return {
             "sent": len(records),
             "ok": sum(1 for r in wellformed if r.get("status") == 200 and not r.get("abort")),
             "aborted": len(aborted),
@@ -569,35 +595,17 @@ class Soak:
             "probes": len(self.of("probe")),
             "conversations": self.next_conversation,
         }
-        measured = {}
-        if events:
-            ev = list(events.values())
-            measured = {
-                "events": len(ev),
-                **{k: sum(int(e.get(k) or 0) for e in ev)
-                   for k in ("prompt_tokens", "prefix_reused", "moved", "read", "decode_tokens", "blocks",
-                             "retractions")},
-                "relocated_requests": sum(1 for e in ev if e.get("moved")),
-                "fallbacks": sum(1 for e in ev if e.get("fallback")),
-                "finish_abort": sum(1 for e in ev if e.get("finish_reason") == "abort"),
-            }
-        report = {
-            "run": self.run, "server": self.base, "policy": policy, "seed": cfg.seed,
-            "config": {"minutes": cfg.minutes, "requests": cfg.requests, "concurrency": cfg.concurrency,
-                       "tenants": cfg.tenants, "malformed": cfg.malformed, "malformed_kinds": self.mal_kinds,
-                       "exact_sample": cfg.exact_sample, "max_new_tokens": cfg.max_new_tokens,
-                       "fuzz_cases": cfg.fuzz_cases, "regex_bomb_tokens": cfg.regex_bomb_tokens,
-                       "bounds": cfg.bounds, "max_latency_ratio": cfg.max_latency_ratio,
-                       "namespaces": cfg.namespaces, "routes": cfg.routes,
-                       "events": str(cfg.events) if cfg.events else None, "log": str(cfg.log) if cfg.log else None,
-                       "context_len": self.context_len},
-            "load_s": round(self.load_ended - self.load_started, 2),
-            "wall_s": round(time.monotonic() - started, 2),
-            "counts": counts, "measured": measured, "safety": self.safety,
-            "checks": {c.name: c.to_dict() for c in results},
-            "passed": all(c.status != checks.FAIL for c in results),
-        }
-        return self.finish(report)
+
+    def config_record(self) -> dict:
+        cfg = self.cfg
+        return {"minutes": cfg.minutes, "requests": cfg.requests, "concurrency": cfg.concurrency,
+                "tenants": cfg.tenants, "malformed": cfg.malformed, "malformed_kinds": self.mal_kinds,
+                "exact_sample": cfg.exact_sample, "max_new_tokens": cfg.max_new_tokens,
+                "fuzz_cases": cfg.fuzz_cases, "regex_bomb_tokens": cfg.regex_bomb_tokens,
+                "bounds": cfg.bounds, "max_latency_ratio": cfg.max_latency_ratio,
+                "namespaces": cfg.namespaces, "routes": cfg.routes,
+                "events": str(cfg.events) if cfg.events else None, "log": str(cfg.log) if cfg.log else None,
+                "context_len": self.context_len}
 
     def finish(self, report: dict) -> dict:
         self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -608,6 +616,22 @@ class Soak:
                 row["output_tokens"] = len(r.get("output_ids") or [])
                 f.write(json.dumps(row) + "\n")
         return report
+
+
+def _measured(events) -> dict:
+    """The events' token counts summed (empty without events)."""
+    if not events:
+        return {}
+    ev = list(events.values())
+    return {
+        "events": len(ev),
+        **{k: sum(int(e.get(k) or 0) for e in ev)
+           for k in ("prompt_tokens", "prefix_reused", "moved", "read", "decode_tokens", "blocks",
+                     "retractions")},
+        "relocated_requests": sum(1 for e in ev if e.get("moved")),
+        "fallbacks": sum(1 for e in ev if e.get("fallback")),
+        "finish_abort": sum(1 for e in ev if e.get("finish_reason") == "abort"),
+    }
 
 
 def _status_class(status) -> str:

@@ -35,6 +35,8 @@ import random
 from dataclasses import dataclass
 
 from eval.bcp.data import Document
+from eval.traces import english
+from eval.traces.english import sprinkle
 
 # Words and weights. Function words get English-like weights (they are most of running text);
 # the content words are English words the tiny BPE reads in one or two tokens.
@@ -109,8 +111,6 @@ def prose(rng: random.Random, num_words: int, extra: tuple[str, ...] = (), densi
           plant: tuple[str, ...] = (), language: str = "english") -> str:
     """``num_words`` words of ``language`` (``english.prose`` or ``salad``), same arguments."""
     if language == "english":
-        from eval.traces import english
-
         return english.prose(rng, num_words, extra, density, plant)
     return salad(rng, num_words, extra, density, plant)
 
@@ -119,8 +119,6 @@ def common_words(language: str = "english") -> list[str]:
     """Ordinary words of ``language``, in a fixed order (query filler, the stand-in's notion of a
     word that names no topic)."""
     if language == "english":
-        from eval.traces import english
-
         return sorted(english.common_words())
     return [w for w, _ in WORDS]
 
@@ -128,23 +126,8 @@ def common_words(language: str = "english") -> list[str]:
 def known_words(language: str = "english") -> frozenset[str]:
     """Every word ``prose`` may draw for ``language`` (an invented topic term is none of them)."""
     if language == "english":
-        from eval.traces import english
-
         return frozenset(english.vocabulary()[0])
     return frozenset(w for w, _ in WORDS)
-
-
-def sprinkle(rng: random.Random, drawn: list[str], extra: tuple[str, ...], density: float,
-             plant: tuple[str, ...]) -> list[str]:
-    """``drawn`` with each word replaced by one of ``extra`` with probability ``density``, and each
-    of ``plant`` put in at least once (at random places); changed in place and returned."""
-    if extra and density > 0:
-        for i in range(len(drawn)):
-            if rng.random() < density:
-                drawn[i] = rng.choice(extra)
-    for i, word in zip(rng.sample(range(len(drawn)), min(len(plant), len(drawn))), plant):
-        drawn[i] = word
-    return drawn
 
 
 def invented_word(rng: random.Random, used: set[str]) -> str:

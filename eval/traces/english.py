@@ -49,12 +49,24 @@ def draw(rng: random.Random, k: int) -> list[str]:
     return rng.choices(words, cum_weights=cumulative, k=k)
 
 
+def sprinkle(rng: random.Random, drawn: list[str], extra: tuple[str, ...], density: float,
+             plant: tuple[str, ...]) -> list[str]:
+    """``drawn`` with each word replaced by one of ``extra`` with probability ``density``, and each
+    of ``plant`` put in at least once (at random places); changed in place and returned. The
+    salad of ``corpus.py`` uses it too."""
+    if extra and density > 0:
+        for i in range(len(drawn)):
+            if rng.random() < density:
+                drawn[i] = rng.choice(extra)
+    for i, word in zip(rng.sample(range(len(drawn)), min(len(plant), len(drawn))), plant):
+        drawn[i] = word
+    return drawn
+
+
 def prose(rng: random.Random, num_words: int, extra: tuple[str, ...] = (), density: float = 0.0,
           plant: tuple[str, ...] = ()) -> str:
     """``num_words`` words as sentences and paragraphs; each word is one of ``extra`` with
     probability ``density``, and each of ``plant`` occurs at least once."""
-    from eval.traces.corpus import sprinkle
-
     drawn = sprinkle(rng, draw(rng, num_words), extra, density, plant)
     paragraphs, sentences, i = [], [], 0
     budget = rng.randint(*PARAGRAPH_SENTENCES)

@@ -65,14 +65,21 @@ def _is_ids(value) -> bool:
     return isinstance(value, list) and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value)
 
 
-def parse_line(text: str, where: str = "<trace>") -> TraceCall:
-    """One trace line; ``where`` (``FILE:LINE``) prefixes every error."""
+def object_line(text: str, where: str, what: str, error: type[ValueError] = TraceError) -> dict:
+    """One line holding a JSON object (``what``: what the line is, for the message), or ``error``
+    naming ``where``; the transcript readers use it with their own error."""
     try:
         data = json.loads(text)
     except ValueError as exc:
-        raise TraceError(f"{where}: not JSON ({exc})") from None
+        raise error(f"{where}: not JSON ({exc})") from None
     if not isinstance(data, dict):
-        raise TraceError(f"{where}: a trace line is a JSON object, got {type(data).__name__}")
+        raise error(f"{where}: {what} is a JSON object, got {type(data).__name__}")
+    return data
+
+
+def parse_line(text: str, where: str = "<trace>") -> TraceCall:
+    """One trace line; ``where`` (``FILE:LINE``) prefixes every error."""
+    data = object_line(text, where, "a trace line")
     missing = [k for k in REQUIRED if k not in data]
     if missing:
         raise TraceError(f"{where}: missing field(s) {', '.join(missing)}")

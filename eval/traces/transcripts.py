@@ -23,11 +23,11 @@ message they follow), and a transcript with no assistant message (nothing to imp
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
+from eval.traces.format import object_line
 from eval.traces.rendering import as_mapping
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -160,13 +160,7 @@ def conversation_name(data: dict, path: Path, number: int, where: str) -> str:
 
 def json_object(text: str, where: str, what: str) -> dict:
     """One JSON object (``what``: what the line is, for the error), or a ``TranscriptError``."""
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise TranscriptError(f"{where}: not JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise TranscriptError(f"{where}: {what} is a JSON object, got {type(data).__name__}")
-    return data
+    return object_line(text, where, what, TranscriptError)
 
 
 def parse_chat_line(text: str, path: Path, number: int) -> Conversation:

@@ -9,7 +9,7 @@ from scr.cursor import RelocationCursor
 from scr.execution import (Counters, RelocationProgress, blocks_of, chunk_admission, evict_amount, evict_floor,
                            new_cursor, plan_gate, relocation_plan, relocation_refusal, snapshot_at_prefill_end,
                            state_at_release)
-from serving.request_book import TrackedRequest, accounting, request_event
+from patches.request_book import TrackedRequest, accounting, request_event
 from scr.gates import Gate
 from scr.intercept import Intercept
 from scr.planner import Block
@@ -72,7 +72,7 @@ def state(**fields) -> RelocationProgress:
     return RelocationProgress("s000001", Intercept("cold", ScrConfig()), **fields)
 
 
-CURSOR = RelocationCursor((BLOCK,), lead_new_end=1500, max_retries=8, restore=True)
+CURSOR = RelocationCursor((BLOCK,), resume_limit=1500, max_retries=8, restore=True)
 
 
 @pytest.mark.parametrize(
@@ -128,7 +128,7 @@ def test_accounting(prompt, cached, moved, expected):
 def plan_outcome(side_slot, state_tokens, **config) -> Intercept:
     session = Session("s000001", None, side_slot=side_slot, state_tokens=state_tokens)
     admission = Admission(session, False, (), 1, (), MatchReport(session, "matched"))
-    return Intercept("plan", ScrConfig(**config), admission, kept=2800, blocks=(BLOCK,), lead_new_end=1500,
+    return Intercept("plan", ScrConfig(**config), admission, kept=2800, blocks=(BLOCK,), resume_limit=1500,
                      side_slot=side_slot)
 
 
@@ -150,7 +150,7 @@ def test_new_cursor_starts_at_the_first_block_with_the_gates_restore():
     request.outcome = plan_outcome(0, 1500, splice_retry=3)
     cursor = new_cursor(request, relocation_plan("r", request.outcome, 3000))
     assert (cursor.stop, cursor.max_retries, cursor.restore, cursor.index) == (1500, 3, True, 0)
-    assert cursor.blocks == (BLOCK,) and cursor.lead_new_end == 1500
+    assert cursor.blocks == (BLOCK,) and cursor.resume_limit == 1500
 
 
 def test_new_cursor_restores_only_where_the_plan_has_a_restore():
@@ -170,7 +170,7 @@ def test_relocation_plan_reads_relocates_restores_and_reads_the_rest():
 def test_relocation_plan_of_two_blocks_restores_with_the_first_only():
     second = Block(old_start=3100, new_start=2900, num_rows=84, n_c=100, new_end=3000)
     outcome = Intercept("plan", ScrConfig(), plan_outcome(0, 1500).admission, kept=2800, blocks=(BLOCK, second),
-                        lead_new_end=1024, side_slot=3)
+                        resume_limit=1024, side_slot=3)
     plan = relocation_plan("r", outcome, 3100)
     plan.validate(3100)
     assert plan.steps == (Read(0, 1500), Relocate(1500, 1284, 1700, 3), Restore(2784, 3), Read(2784, 2900),

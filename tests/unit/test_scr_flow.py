@@ -39,7 +39,7 @@ def test_turns_of_an_editing_conversation():
     second = served(table, turn2, tokens(4, 20))
     assert second.kind == "plan" and second.sid == first.sid
     assert (second.kept, second.deleted, second.inserted) == (2800, 200, 50)
-    assert second.lead_new_end == 1500
+    assert second.resume_limit == 1500
     # One block: old [1700, 3000) -> new [1500, 2800), its last 16 tokens forwarded.
     assert second.blocks == (Block(old_start=1700, new_start=1500, num_rows=1284, n_c=1300, new_end=2800),)
     assert second.relocated_rows == 1284
@@ -74,7 +74,7 @@ def blocks_two():
 
 
 def test_cursor_reads_to_each_stop_then_relocates():
-    cursor = RelocationCursor(blocks_two(), lead_new_end=1500, max_retries=8, restore=True)
+    cursor = RelocationCursor(blocks_two(), resume_limit=1500, max_retries=8, restore=True)
     assert cursor.decide(tree_hit=1024, chunked_slot_busy=False, gate_allows=True) == Decision("phase1")
     assert cursor.at_prefix(1200) == "read"
     assert cursor.at_prefix(1500) == Relocation(blocks_two()[0], 1, arm_restore=True)
@@ -85,24 +85,24 @@ def test_cursor_reads_to_each_stop_then_relocates():
 
 
 def test_cursor_deferrals_and_direct_relocation():
-    cursor = RelocationCursor(blocks_two(), lead_new_end=1500, max_retries=2, restore=False)
+    cursor = RelocationCursor(blocks_two(), resume_limit=1500, max_retries=2, restore=False)
     assert cursor.decide(0, True, True) == Decision("retry", "chunked slot busy (1/2)")
     assert cursor.decide(0, True, True) == Decision("retry", "chunked slot busy (2/2)")
     assert cursor.decide(0, True, True) == Decision("drop", "chunked slot busy")
-    late = RelocationCursor(blocks_two(), lead_new_end=1500, max_retries=8, restore=False)
+    late = RelocationCursor(blocks_two(), resume_limit=1500, max_retries=8, restore=False)
     assert late.decide(1600, False, True) == Decision("drop", "radix match 1600 past the lead 1500")
-    gated = RelocationCursor(blocks_two(), lead_new_end=1500, max_retries=8, restore=False)
+    gated = RelocationCursor(blocks_two(), resume_limit=1500, max_retries=8, restore=False)
     assert gated.decide(100, False, False) == Decision("gated")
-    direct = RelocationCursor(blocks_two(), lead_new_end=1500, max_retries=8, restore=False)
+    direct = RelocationCursor(blocks_two(), resume_limit=1500, max_retries=8, restore=False)
     assert direct.decide(1500, False, True) == Decision("relocate_now")
 
 
 def test_cursor_abort_and_multiblock_drop():
-    cursor = RelocationCursor(blocks_two(), lead_new_end=1500, max_retries=8, restore=True)
+    cursor = RelocationCursor(blocks_two(), resume_limit=1500, max_retries=8, restore=True)
     cursor.decide(0, False, True)
     assert cursor.at_prefix(1600) == "abort"
     overlapping = (Block(1700, 1500, 1284, 1300, 2800), Block(2900, 2700, 300, 316, 3016))
-    cursor = RelocationCursor(overlapping, lead_new_end=1500, max_retries=8, restore=True)
+    cursor = RelocationCursor(overlapping, resume_limit=1500, max_retries=8, restore=True)
     cursor.decide(0, False, True)
     assert isinstance(cursor.at_prefix(1500), Relocation)
     # The next stop 2700 <= 1500 + 1284: block 2 is abandoned.
@@ -111,7 +111,7 @@ def test_cursor_abort_and_multiblock_drop():
 
 def test_cursor_needs_a_block():
     with pytest.raises(ValueError, match="at least one block"):
-        RelocationCursor((), lead_new_end=0, max_retries=0, restore=False)
+        RelocationCursor((), resume_limit=0, max_retries=0, restore=False)
 
 
 @pytest.mark.parametrize(
@@ -126,7 +126,7 @@ def test_cursor_needs_a_block():
     ],
 )
 def test_phase1_step(prefix, waiting_queue, expected):
-    cursor = RelocationCursor(blocks_two(), lead_new_end=1500, max_retries=8, restore=True)
+    cursor = RelocationCursor(blocks_two(), resume_limit=1500, max_retries=8, restore=True)
     assert phase1_step(cursor, prefix, waiting_queue) == expected
 
 
@@ -134,7 +134,7 @@ def test_cursor_walks_three_blocks_in_order():
     """With three blocks each relocation hands over the next one in plan order (a cursor over two
     blocks cannot tell ``blocks[i + 1]`` from ``blocks[i - 1]``: index -1 is the last block)."""
     blocks = (Block(1700, 1500, 1284, 1300, 2800), Block(3300, 3000, 400, 416, 3416), Block(4000, 3600, 100, 116, 3716))
-    cursor = RelocationCursor(blocks, lead_new_end=1500, max_retries=8, restore=False)
+    cursor = RelocationCursor(blocks, resume_limit=1500, max_retries=8, restore=False)
     for number, block in enumerate(blocks, start=1):
         assert cursor.at_prefix(block.new_start) == Relocation(block, number, arm_restore=False)
         following = blocks[number] if number < len(blocks) else None
@@ -146,7 +146,7 @@ def test_cursor_drops_a_next_block_that_starts_where_the_relocated_rows_end():
     """The next stop must be strictly ahead of the rows just relocated; at their end it is not."""
     first = Block(1700, 1500, 1284, 1300, 2800)
     adjacent = Block(3300, first.new_start + first.num_rows, 300, 316, 3100)
-    cursor = RelocationCursor((first, adjacent), lead_new_end=1500, max_retries=8, restore=False)
+    cursor = RelocationCursor((first, adjacent), resume_limit=1500, max_retries=8, restore=False)
     assert isinstance(cursor.at_prefix(1500), Relocation)
     assert cursor.after_relocation() == NextBlock(None, adjacent, 2, 1)
 

@@ -22,7 +22,7 @@ B2 = Block(3300, 3000, 400, 416, 3416)
 def state():
     session = Session("s000001", None, side_slot=2, state_tokens=1500)
     admission = Admission(session, False, tuple(range(10)), 3, (), MatchReport(session, "matched"))
-    outcome = Intercept("plan", ScrConfig(), admission, kept=2800, blocks=(B1, B2), lead_new_end=1500, side_slot=2)
+    outcome = Intercept("plan", ScrConfig(), admission, kept=2800, blocks=(B1, B2), resume_limit=1500, side_slot=2)
     request = RelocationProgress("s000001", outcome, gate=Gate(True, restore=True), tree_hit=1024)
     request.cursor = RelocationCursor(outcome.blocks, 1500, 8, True)
     return request

@@ -49,7 +49,7 @@ def test_registered_by_name_with_its_settings_and_its_way_of_planning(toy):
 def test_the_plugin_installs_the_existing_tree_hook_set_for_it(toy, monkeypatch):
     """The plugin picks the hook set by ``plans_at``: the tree set, with the same hooks as exact's."""
     chosen = []
-    monkeypatch.setattr(hook_sets, "install_tree", lambda register, spec: chosen.append(spec.policy))
+    monkeypatch.setattr(hook_sets, "install_tree", lambda register, spec, policy: chosen.append(spec.policy))
     plugin._install_policy_hooks(lambda *args: None, registry.PolicySpec.resolve(toy))
     assert chosen == [toy]
 
