@@ -4,7 +4,7 @@ ends (B = 128) and keep points (R = 256, message ends, prompt end, junction, all
 warm = cold bit for bit (ids and logprobs), cold = the independent reference (``tests/reference``),
 reuse = the brute-force oracle (``kept=True``, with the message-end token read from the tokenizer);
 alone and beside 1 and 3 decoding neighbours; an edit, a deleted message, an append, turns, and an
-8,400-token read.
+8,400-token read. The GPU check's exact-kept step is judged here too (its CPU dry run's checks).
 
 This holds only where the engine's kernels give a row the same bits whatever forward read it (the
 kept rule's premise, docs/exact.md §5.13): a warm read here runs other forwards than the cold read.
@@ -118,3 +118,23 @@ def test_a_long_conversation_resumes_past_8k_where_no_cold_read_ends_a_forward(k
     assert events["long.w1"]["pieces"][0] == [8256, 8320]
     cold_ends = {end for _, end in events["long.c1"]["pieces"]}
     assert {8192, 8320} <= cold_ends and 8256 not in cold_ends
+
+
+def test_the_gpu_checks_kept_step_passes_on_this_server(kept_server):
+    """``scripts/gpu_check.sh``'s exact-kept step (its CPU dry run) judged on this module's server,
+    which has its settings (B = 128, R = 256, cut=kept): the launcher's premise line on CPU, and
+    the step's quick cases, warm = cold bit for bit with the reuse it expects. (The whole step,
+    with its own server, is ``python -m eval.gpu_check --device cpu --only exact-kept``.)"""
+    from eval.gpu_check import exact
+    from eval.gpu_check.exact_cases import SETUPS, cases_for
+    from eval.gpu_check.report import PASS, Checks
+
+    setup = SETUPS["kept"]
+    assert (setup.cut, setup.piece_tokens, setup.retain_every) == ("kept", B, R)
+    checks, answers = Checks(), []
+    exact.check_premise(checks, kept_server, cuda=False)
+    for case in cases_for(setup, quick=True):
+        exact.check_case(checks, kept_server, case, "kept", answers)
+    result = checks.result("exact-kept")
+    assert result.status == PASS, result.checks
+    assert len(result.checks) == 1 + 2 * len(cases_for(setup, quick=True)) >= 9
