@@ -3,7 +3,9 @@
 Exact's reuse is a function of the token sequences alone: ``exact_cache.replay`` predicts the
 server's reused length for every call (100 % of the 280 calls of the served benchmark, and every
 engine test). So its arms can be measured on a whole trace without a server: the grid rule
-(B = 832, R = 6,656) and ``cut=messages`` at several ``min_piece``, each under the default and the
+(B = 832, R = 6,656), ``cut=messages`` at several ``min_piece`` and ``cut=kept`` (B = the serving
+chunk, 8,192 by default, the one radix's forwards are counted in; with and without keep points at
+message ends; its forwards by what ended them, ``forward_ends``), each under the default and the
 stable (``preserve``) rendering of the same questions, beside radix's offline estimate
 (``eval.traces.synth.radix_prefix_estimate``, 512-token chunks: 71.9 % offline and served on the
 default set). This module studies exact's variants (cut rules, state budgets); the three policies
@@ -31,12 +33,14 @@ import argparse
 import json
 import statistics
 import sys
+from collections import Counter
 from pathlib import Path
 
 from eval.accounting.flops import QWEN36_27B, n_body, prefix_reuse_pflops
 from eval.traces.format import read_trace, trace_render
 from exact_cache.config import ExactConfig
 from exact_cache.replay import ReplayTree
+from exact_cache.rules import GRID, KeepKind
 from policy.tokens import common_prefix_len
 
 BODY_PARAMS = n_body(QWEN36_27B)  # 24,353,201,664 (eval/accounting/flops.py)
@@ -46,6 +50,7 @@ SCR_SIDE_BYTES = 12 * 30_000 * 64 * 1024  # the authors' side buffer: 12 slots x
 OVERHEAD_TOKENS = (150, 250)  # per-forward cost in token-equivalents, fitted (module docstring)
 RADIX_CHUNK = 512
 GPU_CHUNK = 8192  # SGLang's chunked-prefill size on a large GPU: the baseline of the overhead fit
+KEPT_PIECE = GPU_CHUNK  # cut=kept on a GPU: B = the serving chunk, the one radix reads in (--kept-piece)
 
 
 def qwen_message_end() -> int:
@@ -56,21 +61,39 @@ def qwen_message_end() -> int:
 
 
 def replay_arm(calls, *, piece: int, retain_every: int, message_end: int | None = None, min_piece: int = 1,
-               max_snapshots: int = 0) -> dict:
+               max_snapshots: int = 0, kept: bool = False) -> dict:
     """Serve ``calls`` in order through one replay tree per cache namespace; per call the reused
-    length and the pieces read, and the states kept."""
+    length, the pieces (forwards) read and the keep points (position -> ``KeepKind``), and the
+    states kept. ``kept``: the ``cut=kept`` rule (``piece`` is then the serving chunk B)."""
     trees: dict = {}
-    reused, pieces = [], []
+    reused, pieces, keeps = [], [], []
     for call in calls:
         tree = trees.get(call.cache_salt)
         if tree is None:
             tree = trees[call.cache_salt] = ReplayTree(piece, retain_every, message_end=message_end,
-                                                       min_piece=min_piece, max_snapshots=max_snapshots)
-        reused.append(tree.serve(call.prompt_ids)[0])
+                                                       min_piece=min_piece, max_snapshots=max_snapshots, kept=kept)
+        resume, keep = tree.serve(call.prompt_ids)
+        reused.append(resume)
         pieces.append(tree.pieces[-1])
-    kept = sum(len(t.snapshots) for t in trees.values())
-    return {"reused": reused, "pieces": pieces, "states_held": kept,
+        keeps.append(keep)
+    held = sum(len(t.snapshots) for t in trees.values())
+    return {"reused": reused, "pieces": pieces, "keeps": keeps, "states_held": held,
             "evicted": sum(t.evicted for t in trees.values())}
+
+
+def forward_ends(pieces, keeps, piece: int) -> dict[str, int]:
+    """What ended each forward of a ``cut=kept`` run (``replay_arm``'s ``pieces`` and ``keeps``):
+    ``prompt`` (a read's last forward, which every call runs, radix too), ``chunk`` (a multiple of
+    the serving chunk ``piece`` from position 0, where any chunked prefill ends a forward), else the
+    kind of the keep point it ended at (``prompt_end``: the prompt end floored to the 64-token grid,
+    ``message``, ``junction``, ``periodic``): the forwards a keep point adds. A keep point on a
+    chunk multiple counts as ``chunk`` (it adds nothing)."""
+    counts: Counter[str] = Counter()
+    for call_pieces, keep in zip(pieces, keeps):
+        counts["prompt"] += 1
+        for _, end in call_pieces[:-1]:
+            counts["chunk" if end % piece == 0 else KeepKind(keep[end]).value] += 1
+    return dict(counts)
 
 
 def floors(calls) -> tuple[int, int]:
@@ -113,15 +136,11 @@ def summary(calls, reused: list[int], pieces: list | None, questions: int, forwa
     return row
 
 
-def measure(trace: Path, min_pieces: list[int], budgets: list[int]) -> dict:
+def measure(trace: Path, min_pieces: list[int], budgets: list[int], kept_piece: int = KEPT_PIECE) -> dict:
     calls = read_trace(trace)
     questions = len({c.conversation for c in calls})
     end = qwen_message_end()
-    arms: dict[str, dict] = {}
-    radix = radix_reuse(calls)
-    # On a GPU radix reads in SGLang's default 8,192-token chunks: its forwards for the estimate.
-    radix_forwards = sum(-(-(len(c.prompt_ids) - r) // GPU_CHUNK) for c, r in zip(calls, radix))
-    arms["radix (offline, 512)"] = summary(calls, radix, None, questions, forwards=radix_forwards)
+    arms = {"radix (offline, 512)": radix_row(calls, questions)}
     grid = replay_arm(calls, piece=PIECE, retain_every=RETAIN)
     arms["exact"] = {**summary(calls, grid["reused"], grid["pieces"], questions),
                      "states_held": grid["states_held"]}
@@ -129,17 +148,45 @@ def measure(trace: Path, min_pieces: list[int], budgets: list[int]) -> dict:
         run = replay_arm(calls, piece=PIECE, retain_every=RETAIN, message_end=end, min_piece=min_piece)
         arms[f"exact cut=messages min_piece={min_piece}"] = {
             **summary(calls, run["reused"], run["pieces"], questions), "states_held": run["states_held"]}
+    arms.update(kept_arms(calls, questions, end, kept_piece))
     curve = {}
     for budget in budgets:
         run = replay_arm(calls, piece=PIECE, retain_every=RETAIN, message_end=end, min_piece=min_pieces[0],
                          max_snapshots=budget)
         curve[budget] = summary(calls, run["reused"], None, questions)["pflops_per_question"]
+    return {"trace": str(trace), "render": trace_render(calls), "calls": len(calls), "questions": questions,
+            "prompt_tokens": sum(len(c.prompt_ids) for c in calls), "arms": arms,
+            "budget_curve": {"min_piece": min_pieces[0], "pflops": curve}, "kept_piece": kept_piece,
+            **floor_row(calls, questions)}
+
+
+def radix_row(calls, questions: int) -> dict:
+    """Radix's offline reuse; its forwards as a GPU reads them, SGLang's default 8,192-token chunks."""
+    radix = radix_reuse(calls)
+    radix_forwards = sum(-(-(len(c.prompt_ids) - r) // GPU_CHUNK) for c, r in zip(calls, radix))
+    return summary(calls, radix, None, questions, forwards=radix_forwards)
+
+
+def kept_arms(calls, questions: int, end: int | None, piece: int) -> dict[str, dict]:
+    """``cut=kept`` (B = ``piece``, R = 6,656), with keep points at message ends (the server's
+    default, ``message_end`` set) and without (``message_end=""``): each with its forwards by
+    what ended them (``forward_ends``, per question)."""
+    arms = {}
+    for label, message_end in (("", end), (", no message keeps", None)):
+        run = replay_arm(calls, piece=piece, retain_every=RETAIN, message_end=message_end, kept=True)
+        ends = forward_ends(run["pieces"], run["keeps"], piece)
+        arms[f"exact cut=kept B={piece}{label}"] = {
+            **summary(calls, run["reused"], run["pieces"], questions), "states_held": run["states_held"],
+            "forward_ends_per_question": {kind: n / questions for kind, n in ends.items()}}
+    return arms
+
+
+def floor_row(calls, questions: int) -> dict:
+    """The read floors (``floors``) as PFLOPs per question and shares of the prompt tokens."""
     new, completions = floors(calls)
     prompt = sum(len(c.prompt_ids) for c in calls)
     decode = sum(len(c.completion_ids) for c in calls)
-    return {"trace": str(trace), "render": trace_render(calls), "calls": len(calls), "questions": questions,
-            "prompt_tokens": prompt, "arms": arms, "budget_curve": {"min_piece": min_pieces[0], "pflops": curve},
-            "floor_pflops_per_question": prefix_reuse_pflops(new, decode, BODY_PARAMS) / questions,
+    return {"floor_pflops_per_question": prefix_reuse_pflops(new, decode, BODY_PARAMS) / questions,
             "exact_floor_pflops_per_question": prefix_reuse_pflops(new + completions, decode, BODY_PARAMS) / questions,
             "floor_read_share": new / prompt, "completion_share": completions / prompt}
 
@@ -154,38 +201,77 @@ def format_report(results: list[dict]) -> str:
     lines = ["Exact's cut rule and the rendering, offline (exact_cache.replay; Qwen3.6-27B geometry; the "
              "GPU column is an estimate)", ""]
     for result in results:
-        radix = result["arms"]["radix (offline, 512)"]["pflops_per_question"]
-        lines += [f"## {result['render']} rendering: {result['trace']} ({result['calls']} calls, "
-                  f"{result['questions']} questions, {result['prompt_tokens']:,} prompt tokens)", "",
-                  "| arm | prefix / read | PFLOPs per question | ratio to radix | forwards per question | "
-                  f"piece tokens p25 / median / p75 | pieces < 128 | GPU estimate (o = {OVERHEAD_TOKENS[0]} / {OVERHEAD_TOKENS[1]}) | states held (GiB) |",
-                  "|---|---|---:|---:|---:|---|---:|---|---:|"]
-        for name, row in result["arms"].items():
-            pf = row["pflops_per_question"]
-            forwards = f"{row['forwards_per_question']:.0f}" if "forwards_per_question" in row else ""
-            spread = " / ".join(map(str, row.get("piece_p25_median_p75", []))) if "piece_p25_median_p75" in row else ""
-            under = f"{row['pieces_under_128']:.0%}" if "pieces_under_128" in row else ""
-            gpu = " / ".join(f"{x:.2f}" for x in row["gpu_estimate_pflops_per_question"]) \
-                if "gpu_estimate_pflops_per_question" in row else ""
-            held = f"{row['states_held']} ({row['states_held'] * STATE_BYTES / 2**30:.0f})" if "states_held" in row else ""
-            lines.append(f"| {name} | {row['prefix']:.1%} / {row['read']:.1%} | {pf:.2f} | {pf / radix:.3f} | "
-                         f"{forwards} | {spread} | {under} | {gpu} | {held} |")
-        lines += ["", f"Floor (tokens new to each conversation, no prefix policy reads less): "
-                      f"{result['floor_pflops_per_question']:.2f} PFLOPs per question "
-                      f"({result['floor_read_share']:.1%} of prompt tokens); exact's floor adds the previous "
-                      f"completion it never keeps ({result['completion_share']:.1%}): "
-                      f"{result['exact_floor_pflops_per_question']:.2f}.",
-                  "", f"State budget (cut=messages, min_piece={result['budget_curve']['min_piece']}; GiB of "
-                      "Qwen3.6-27B states -> PFLOPs per question; scr's side buffer is "
-                      f"{SCR_SIDE_BYTES / 2**30:.0f} GiB):",
-                  "", "| states | GiB | PFLOPs per question |", "|---:|---:|---:|"]
-        held = result["arms"][f"exact cut=messages min_piece={result['budget_curve']['min_piece']}"]["states_held"]
-        for budget, pf in result["budget_curve"]["pflops"].items():
-            states = int(budget) or held
-            lines.append(f"| {states}{'' if int(budget) else ' (all, no eviction)'} | "
-                         f"{states * STATE_BYTES / 2**30:.0f} | {pf:.2f} |")
-        lines.append("")
+        lines += arm_table(result) + floor_lines(result) + forward_end_table(result) + budget_table(result)
     return "\n".join(lines)
+
+
+def arm_table(result: dict) -> list[str]:
+    """The arms' table: shares, PFLOPs and their ratio, forwards, pieces, the GPU estimate, states."""
+    radix = result["arms"]["radix (offline, 512)"]["pflops_per_question"]
+    lines = [f"## {result['render']} rendering: {result['trace']} ({result['calls']} calls, "
+             f"{result['questions']} questions, {result['prompt_tokens']:,} prompt tokens)", "",
+             "| arm | prefix / read | PFLOPs per question | ratio to radix | forwards per question | "
+             f"piece tokens p25 / median / p75 | pieces < 128 | GPU estimate (o = {OVERHEAD_TOKENS[0]} / "
+             f"{OVERHEAD_TOKENS[1]}) | states held (GiB) |",
+             "|---|---|---:|---:|---:|---|---:|---|---:|"]
+    for name, row in result["arms"].items():
+        pf = row["pflops_per_question"]
+        forwards = f"{row['forwards_per_question']:.0f}" if "forwards_per_question" in row else ""
+        spread = " / ".join(map(str, row["piece_p25_median_p75"])) if "piece_p25_median_p75" in row else ""
+        under = f"{row['pieces_under_128']:.0%}" if "pieces_under_128" in row else ""
+        gpu = " / ".join(f"{x:.2f}" for x in row["gpu_estimate_pflops_per_question"]) \
+            if "gpu_estimate_pflops_per_question" in row else ""
+        held = f"{row['states_held']} ({row['states_held'] * STATE_BYTES / 2**30:.0f})" if "states_held" in row else ""
+        lines.append(f"| {name} | {row['prefix']:.1%} / {row['read']:.1%} | {pf:.2f} | {pf / radix:.3f} | "
+                     f"{forwards} | {spread} | {under} | {gpu} | {held} |")
+    return lines
+
+
+def floor_lines(result: dict) -> list[str]:
+    return ["", f"Floor (tokens new to each conversation, no prefix policy reads less): "
+                f"{result['floor_pflops_per_question']:.2f} PFLOPs per question "
+                f"({result['floor_read_share']:.1%} of prompt tokens); exact's floor adds the previous "
+                f"completion it never keeps ({result['completion_share']:.1%}): "
+                f"{result['exact_floor_pflops_per_question']:.2f}."]
+
+
+END_COLUMNS = (("prompt", "the read's last"), ("chunk", "chunk ends"), ("prompt_end", "prompt end (floored)"),
+               ("message", "message ends"), ("junction", "junctions"), ("periodic", "every R"))
+
+
+def forward_end_table(result: dict) -> list[str]:
+    """The kept arms' forwards per question by what ended them (``forward_ends``), beside radix's,
+    and what would be left if a state could be kept inside a forward (issue 35 item 5): the reads'
+    last forwards and the chunk ends."""
+    radix = result["arms"]["radix (offline, 512)"]["forwards_per_question"]
+    kept = {name: row for name, row in result["arms"].items() if "forward_ends_per_question" in row}
+    if not kept:
+        return []
+    lines = ["", f"Forwards of cut=kept per question by what ended them (radix: {radix:.1f} at {GPU_CHUNK:,}; "
+                 "a keep point not on a chunk multiple adds one):", "",
+             "| arm | forwards | ratio to radix | " + " | ".join(label for _, label in END_COLUMNS)
+             + " | keeps inside a forward: forwards (ratio) |",
+             "|---|---:|---:|" + "---:|" * (len(END_COLUMNS) + 1)]
+    for name, row in kept.items():
+        ends = row["forward_ends_per_question"]
+        cells = " | ".join(f"{ends.get(kind, 0):.1f}" for kind, _ in END_COLUMNS)
+        free = ends.get("prompt", 0) + ends.get("chunk", 0)
+        lines.append(f"| {name} | {row['forwards_per_question']:.1f} | "
+                     f"{row['forwards_per_question'] / radix:.2f} | {cells} | {free:.1f} ({free / radix:.2f}) |")
+    return lines
+
+
+def budget_table(result: dict) -> list[str]:
+    min_piece = result["budget_curve"]["min_piece"]
+    lines = ["", f"State budget (cut=messages, min_piece={min_piece}; GiB of Qwen3.6-27B states -> PFLOPs per "
+                 f"question; scr's side buffer is {SCR_SIDE_BYTES / 2**30:.0f} GiB):",
+             "", "| states | GiB | PFLOPs per question |", "|---:|---:|---:|"]
+    held = result["arms"][f"exact cut=messages min_piece={min_piece}"]["states_held"]
+    for budget, pf in result["budget_curve"]["pflops"].items():
+        states = int(budget) or held
+        lines.append(f"| {states}{'' if int(budget) else ' (all, no eviction)'} | "
+                     f"{states * STATE_BYTES / 2**30:.0f} | {pf:.2f} |")
+    return lines + [""]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -196,14 +282,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="cut=messages arms (repeatable; default 64 and 256)")
     parser.add_argument("--budget", type=int, action="append", default=None,
                         help="state budgets for the curve (repeatable; default 24, 48, 96, 144, 288, 0 = none)")
+    parser.add_argument("--kept-piece", type=int, default=KEPT_PIECE,
+                        help="cut=kept's B, the serving chunk (a multiple of 64; default 8192, radix's GPU chunk)")
     parser.add_argument("--out", type=Path, default=None, help="write REPORT.md and cuts.json here")
     args = parser.parse_args(argv)
+    if args.kept_piece <= 0 or args.kept_piece % GRID:
+        parser.error(f"--kept-piece {args.kept_piece}: must be a positive multiple of {GRID}")
     min_pieces = args.min_piece or [64, 256]
     budgets = args.budget or [24, 48, 96, 144, 288, 0]
     results = []
     for trace in args.trace:
         print(f"replaying {trace} ...", file=sys.stderr, flush=True)
-        results.append(measure(trace, min_pieces, budgets))
+        results.append(measure(trace, min_pieces, budgets, args.kept_piece))
     text = format_report(results)
     print(text)
     if args.out:

@@ -26,10 +26,10 @@ from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 from sglang.srt.distributed.parallel_state import get_tp_group
 from sglang.srt.runtime_context import get_parallel
 
-from patches import plugin
+from patches import process
+from patches.request_book import piece_shortfall
 from patches.tp_rows import all_gather_rows
 from policy.ranks import failed_ranks, own_row
-from serving.request_book import piece_shortfall
 
 BACKEND_NAME = "exact"
 
@@ -150,7 +150,7 @@ def whole_piece_budget(original, adder, req):
     budget when free tokens reach 0 (it must schedule the chunked request); this extends that to
     a short budget, by the shortfall, for this one call.
     """
-    executor = plugin.executor()
+    executor = process.executor()
     piece = executor.next_piece_len(req) if executor else None
     shortfall = piece_shortfall(piece, int(adder.rem_total_tokens))
     adder.rem_total_token_offset -= shortfall
@@ -167,7 +167,7 @@ def planned_first_piece(original, adder, req, *args, **kwargs):
     The chunk budget is narrowed to that piece, so SGLang either reads the whole rest (the tail
     piece) or truncates exactly at the next cut; when the step's budget cannot hold the piece,
     the request waits (a piece is never shortened, docs/exact.md §1.5)."""
-    executor = plugin.executor()
+    executor = process.executor()
     piece = executor.next_piece_len(req) if executor else None
     if piece is not None and adder.rem_chunk_tokens is not None and adder.rem_chunk_tokens < piece:
         from sglang.srt.managers.schedule_policy import AddReqResult
@@ -205,8 +205,8 @@ def exact_cache_factory(ctx):
 def attach(scheduler, executor, spec) -> None:
     """Give the scheduler's exact tree its executor; a scheduler with another tree cannot run exact."""
     if not isinstance(scheduler.tree_cache, ExactRadixCache):
-        raise plugin.fail(f"policy {spec.policy} needs --radix-cache-backend exact, "
-                   f"the scheduler built {type(scheduler.tree_cache).__name__}")
+        raise process.fail(f"policy {spec.policy} needs --radix-cache-backend exact, "
+                           f"the scheduler built {type(scheduler.tree_cache).__name__}")
     scheduler.tree_cache.executor = executor
     # Every forward's length comes from the plan (``planned_first_piece``, ``whole_piece_budget``),
     # so SGLang must not round a first forward to another grid (deterministic mode sets one).

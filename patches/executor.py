@@ -3,7 +3,7 @@
 SGLang's calls reach it through the hook set that matches the policy's ``plans_at``
 (``patches/hook_sets.py``); docs/ARCHITECTURE.md draws the request path. It asks the policy for a
 ``Plan`` (after SGLang's prefix match: ``radix``; inside the exact tree's match: ``exact``; at
-enqueue: ``scr``), keeps one record per request (``serving.request_book.TrackedRequest`` in a
+enqueue: ``scr``), keeps one record per request (``patches.request_book.TrackedRequest`` in a
 ``RequestBook``) from the plan to the release hook, checks every prefill forward against the
 plan's reads, writes each request's event, forgets requests aborted while waiting, counts
 retractions, and checks at idle that no record is left (``lines.stale``). A plan's engine-time
@@ -23,15 +23,14 @@ from __future__ import annotations
 
 import logging
 
-from policy import ranks
+from patches.request_book import (RequestBook, check_invariants, finish_type, forget_stale, prefix_match_cap,
+                                  request_event, tree_plan_problem)
+from policy import faults, ranks
 from policy.api import Arrival, CachePolicy, Plan, Release, RequestRefused
 from policy.carrier import StepCarrier
 from policy.events import RequestEvent
-from serving import faults
+from policy.executor_lines import PLAIN, ExecutorLines
 from serving.event_writer import EventWriter
-from serving.executor_lines import PLAIN, ExecutorLines
-from serving.request_book import (RequestBook, check_invariants, finish_type, forget_stale, prefix_match_cap,
-                                  request_event, tree_plan_problem)
 
 logger = logging.getLogger(__name__)
 
@@ -346,5 +345,5 @@ def abort_reason(message: str):
 
 
 def match_cap(req, prompt_tokens: int) -> int | None:
-    """``serving.request_book.prefix_match_cap`` of an SGLang ``Req``."""
+    """``patches.request_book.prefix_match_cap`` of an SGLang ``Req``."""
     return prefix_match_cap(getattr(req, "return_logprob", False), getattr(req, "logprob_start_len", -1), prompt_tokens)

@@ -3,10 +3,12 @@
 Our flags (``--help`` lists them) and the settings the policy adds to SGLang's are worked out
 (``serving/launch_args.py``, ``policy.registry``) before SGLang is imported. The resolved policy
 travels to every SGLang process as one JSON env var (``CACHE_POLICY_SPEC``), which the plugin
-(``patches.plugin``) reads in each of them. A bad name, key or value exits with status 2 and a
-message listing what is valid. Before SGLang serves, its HTTP app gets the route table
-(``patches/routes.py``: closed routes 404, admin routes behind ``--admin-api-key``) and the served
-request schema; settings that would serve requests around them exit with status 2.
+(``patches.plugin``) reads in each of them. The policy is built once in this process (``parse``)
+and held (``patches.process``): the serving profile, the plugin and the start-up refusals ask it,
+none builds another. A bad name, key or value exits with status 2 and a message listing what is
+valid. Before SGLang serves, its HTTP app gets the route table (``patches/routes.py``: closed
+routes 404, admin routes behind ``--admin-api-key``) and the served request schema; settings that
+would serve requests around them exit with status 2.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import logging
 import os
 import sys
 
+from patches import process
 from policy import registry
 from policy.api import CHECKPOINT_QUANTIZATION, KERNEL_SPLIT_FAILURES, SPLIT_INVARIANCE
 from serving import checkpoint, launch_args, profile, refusals, request_limits
@@ -32,7 +35,8 @@ def build_parser():
 
 def parse(argv: list[str]) -> tuple[registry.PolicySpec, list[str]]:
     """Split our flags from SGLang's and resolve the policy, adding the SGLang settings it needs;
-    exits with status 2 on bad input (and with 0 after printing ``--help``)."""
+    exits with status 2 on bad input (and with 0 after printing ``--help``). The policy built here
+    is this process's (``process.hold``); a setting that names a token builds it again with the id."""
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
     try:
@@ -48,6 +52,7 @@ def parse(argv: list[str]) -> tuple[registry.PolicySpec, list[str]]:
         rest = add_server_defaults(policy.server_defaults(), rest)
     except (registry.PolicyError, LaunchError) as exc:
         parser.error(str(exc))
+    process.hold(spec, policy)
     return spec, rest
 
 
@@ -75,7 +80,8 @@ def with_profile(spec: registry.PolicySpec, argv: list[str], sglang_argv: list[s
     args, _ = parser.parse_known_args(argv)
     chosen = profile.get(args.serving_profile)
     try:
-        out = launch_args.apply_profile(chosen, spec.policy, spec.build().server_settings(), sglang_argv, cuda)
+        out = launch_args.apply_profile(chosen, spec.policy, process.policy_for(spec).server_settings(), sglang_argv,
+                                        cuda)
         clash = profile.env_problems(chosen, os.environ, cuda)
         if clash:
             raise LaunchError(f"--serving-profile {chosen.name}: " + "; ".join(clash))
@@ -209,7 +215,7 @@ def _refuse_unsafe_settings(spec: registry.PolicySpec, server_args, chosen: prof
                             cuda: bool) -> None:
     """Exit with status 2 when the resolved server settings break what the policy guarantees, or
     what the serving profile promises (SGLang may resolve a flag to something else)."""
-    policy = spec.build()
+    policy = process.policy_for(spec)
     resolved = {**vars(server_args), CHECKPOINT_QUANTIZATION: checkpoint.quantization(
         checkpoint.config_json(server_args.model_path, server_args.revision))}
     if SPLIT_INVARIANCE in policy.kernel_premises():

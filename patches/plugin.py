@@ -15,37 +15,16 @@ import os
 import pkgutil
 import sys
 
-from patches import versions
-from serving import faults, refusals
+from patches import process, versions
+from patches.process import fail
 
 logger = logging.getLogger(__name__)
-
-REQ_MATCHED = "sglang.srt.managers.schedule_batch.Req.init_next_round_input"
-RELEASE_KV = "sglang.srt.mem_cache.common.release_kv_cache"
-SCHEDULER_IDLE = "sglang.srt.managers.scheduler.Scheduler.on_idle"
-SCHEDULER_INIT = "sglang.srt.managers.scheduler.Scheduler.__init__"
-ADD_CHUNKED_REQ = "sglang.srt.managers.schedule_policy.PrefillAdder.add_chunked_req"
-ADD_ONE_REQ = "sglang.srt.managers.schedule_policy.PrefillAdder.add_one_req"
-ENQUEUE = "sglang.srt.managers.scheduler.Scheduler._add_request_to_queue"
-ABORT = "sglang.srt.managers.scheduler.Scheduler.abort_request"
-PREFILL_RESULT = ("sglang.srt.managers.scheduler_components.batch_result_processor."
-                  "SchedulerBatchResultProcessor.process_batch_result_prefill")
 
 # One line per process, format fixed (tests and operators grep it).
 INSTALLED_LINE = "[cache-policy] overlay installed pid={pid} cpu_platform={cpu} policy={policy} hooks={hooks}"
 
-_state: dict = {"installed": False, "targets": (), "executor": None, "cpu": False}
-
-
-def fail(message: str) -> "SystemExit":
-    logger.critical("cache-policy overlay: %s", message)
-    return SystemExit(f"cache-policy overlay: {message}")
-
-
-def refuse(message: str) -> "SystemExit":
-    """A start-up refusal found inside a scheduler process, passed on to the launcher."""
-    refusals.record(message)
-    return fail(message)
+# What this process installed: our own record (``installed_targets``), never SGLang's registry state.
+_state: dict = {"installed": False, "targets": (), "cpu": False}
 
 
 def install() -> None:
@@ -97,7 +76,10 @@ def install() -> None:
 
 
 def _apply_and_verify(hook_registry, registered: list[str], spec) -> None:
-    """Apply the registered hooks; stop the process unless every target exists and is wrapped."""
+    """Apply the registered hooks; stop the process unless every target exists and is wrapped.
+
+    In place means: the target resolves, after ``apply_hooks``, to another object than before it
+    (what we resolved ourselves, not SGLang's private record of what it patched)."""
     originals, unresolvable = {}, []
     for target in registered:
         try:
@@ -107,7 +89,7 @@ def _apply_and_verify(hook_registry, registered: list[str], spec) -> None:
     if unresolvable:
         raise _hooks_failed("these hook targets do not exist", unresolvable, spec)
     hook_registry.apply_hooks()
-    missing = [t for t in registered if t not in hook_registry._patched or _resolve(t) is originals[t]]
+    missing = [t for t in registered if _resolve(t) is originals[t]]
     if missing:
         raise _hooks_failed("these hooks are not in place", missing, spec)
 
@@ -133,69 +115,15 @@ def current_spec():
         raise fail(f"cannot parse {SPEC_ENV}: {exc}") from None
 
 
-def executor():
-    """The scheduler process's policy executor (None before the scheduler is built)."""
-    return _state["executor"]
-
-
-def set_executor(executor) -> None:
-    """Called once by a hook set's scheduler-init hook with the object its hooks drive."""
-    _state["executor"] = executor
-
-
-def starter(spec, make):
-    """A hook set's AFTER hook of ``Scheduler.__init__``: once the scheduler's pools and tree exist,
-    ``make(scheduler, policy, events, leader)`` builds the object the set's hooks drive."""
-
-    def after_scheduler_init(result, scheduler, *args, **kwargs):
-        from serving.event_writer import EventWriter
-
-        leader = is_leader(scheduler)
-        faults.set_rank(scheduler.ps.tp_rank)
-        events = EventWriter(spec.events_path) if spec.events_path is not None and leader else None
-        set_executor(make(scheduler, spec.build(), events, leader))
-        if leader:
-            logger.info("cache policy %s started with config %s", spec.policy, spec.config)
-
-    return after_scheduler_init
-
-
-def forward(method: str, kind: str):
-    """A hook of ``kind`` calling ``executor().<method>`` with SGLang's arguments once it exists.
-
-    AROUND hooks get ``original`` first and return the answer; BEFORE and AFTER hooks return None,
-    which SGLang's registry reads as "arguments and result unchanged". Before the executor exists,
-    SGLang's own code runs alone."""
-
-    def hook(*args, **kwargs):
-        target = executor()
-        if kind == "around":
-            original, *rest = args
-            return original(*rest, **kwargs) if target is None else getattr(target, method)(*args, **kwargs)
-        if target is not None:
-            getattr(target, method)(*args, **kwargs)
-
-    hook.__name__ = f"{kind}_{method}"
-    return hook
-
-
 def _install_policy_hooks(register, spec) -> None:
-    """The hook set for the way this policy plans (``CachePolicy.plans_at``, ``patches.hook_sets``)."""
-    try:
-        spec.build()  # fail in every process, the launcher's included, on a bad spec
-    except Exception as exc:  # noqa: BLE001 - any construction error stops the server
-        raise fail(f"cannot build policy {spec.policy!r}: {exc}") from None
+    """The hook set for the way this policy plans (``CachePolicy.plans_at``, ``patches.hook_sets``),
+    driving this process's one policy: built here (a bad spec stops every process, the launcher's
+    included), or the one the launcher built and held (``process.hold``)."""
+    policy = process.policy_for(spec)
     from patches import hook_sets
     from policy.registry import plans_at
 
-    hook_sets.install(register, spec, plans_at(spec.policy))
-
-
-def is_leader(scheduler) -> bool:
-    """One scheduler per data-parallel group writes events and logs: attention TP/CP rank 0
-    of the first pipeline stage (every rank of a group sees the same requests)."""
-    ps = scheduler.ps
-    return ps.attn_tp_rank == 0 and ps.attn_cp_rank == 0 and ps.pp_rank == 0
+    hook_sets.install(register, spec, policy, plans_at(spec.policy))
 
 
 def _resolve(target: str):

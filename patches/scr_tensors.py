@@ -18,7 +18,7 @@ import math
 
 import torch
 
-from patches import plugin
+from patches import process
 from patches.rope import rotate_keys, shifted_rotation, text_rotary
 from policy.carrier import SideStores, StepPolicy, StoreCosts
 from serving.host_memory import host_free_memory
@@ -127,10 +127,10 @@ def store_costs(pool_kv, state, device: torch.device, server_args, measure=free_
 
 def decide_stores(policy: StepPolicy, costs: StoreCosts) -> SideStores:
     """The policy's ``side_stores`` decision for ``costs``. A refusal stops the start
-    (``plugin.refuse``: the launcher exits 2 with the message); the figures are logged."""
+    (``process.refuse``: the launcher exits 2 with the message); the figures are logged."""
     decision = policy.side_stores(costs)
     if decision.problem is not None:
-        raise plugin.refuse(decision.problem)
+        raise process.refuse(decision.problem)
     (logger.warning if decision.warn else logger.info)(decision.line)
     return decision
 
@@ -149,7 +149,7 @@ class ScrTensors:
         mamba_pool = getattr(scheduler.req_to_token_pool, "mamba_pool", None)
         self.state = mamba_pool.mamba_cache if mamba_pool is not None else None
         model_config = scheduler.model_config
-        # Raises RotaryMismatch (the plugin turns it into a refusal to start, exit 2), before any
+        # Raises RotaryMismatch (``patches.hook_sets`` turns it into a refusal to start, exit 2), before any
         # memory is taken.
         self.rotary = text_rotary(scheduler.tp_worker.model_runner.model, self.layers,
                                   model_config.hf_text_config, getattr(model_config, "context_len", None))

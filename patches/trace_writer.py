@@ -1,8 +1,8 @@
 """``--cache-trace FILE``: a line (``serving/trace_record.py``) per request leaving the scheduler,
 from ``release_kv_cache`` of a finished request, any policy or none; requests popped from the
 waiting queue on an abort are written from the abort hook (``abort``). Only the events-writing
-scheduler writes (``plugin.is_leader``); the path arrives in ``TRACE_ENV`` from the launcher.
-Each line passes the fault point ``trace.write`` (key: the rid; ``serving/faults.py``); a line the
+scheduler writes (``process.is_leader``); the path arrives in ``TRACE_ENV`` from the launcher.
+Each line passes the fault point ``trace.write`` (key: the rid; ``policy/faults.py``); a line the
 disk refuses is logged and counted by ``serving/jsonl_append.py``, never raised.
 """
 
@@ -11,8 +11,9 @@ from __future__ import annotations
 import logging
 import os
 
+from patches import process, targets
+from patches.request_book import finish_type
 from serving.jsonl_append import JsonlAppender
-from serving.request_book import finish_type
 from serving.trace_record import TRACE_ENV, set_trace_env, trace_record  # noqa: F401 - the launcher's
 
 logger = logging.getLogger(__name__)
@@ -43,10 +44,9 @@ def install(register) -> bool:
     path = os.environ.get(TRACE_ENV)
     if not path:
         return False
-    from patches import plugin
 
     def after_scheduler_init(result, scheduler, *args, **kwargs):
-        if plugin.is_leader(scheduler):
+        if process.is_leader(scheduler):
             _state["writer"] = JsonlAppender(path, FAULT_POINT)
 
     def before_release(req, *args, **kwargs):
@@ -59,7 +59,7 @@ def install(register) -> bool:
         for req in aborted_waiting(scheduler, recv_req):
             _write(req, "abort")
 
-    register(plugin.SCHEDULER_INIT, after_scheduler_init, "after")
-    register(plugin.RELEASE_KV, before_release, "before")
-    register(plugin.ABORT, before_abort, "before")
+    register(targets.SCHEDULER_INIT, after_scheduler_init, "after")
+    register(targets.RELEASE_KV, before_release, "before")
+    register(targets.ABORT, before_abort, "before")
     return True

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Mapping, NamedTuple, Protocol, Sequence
 
 from policy.api import CachePolicy, Plan
+from policy.executor_lines import ExecutorLines
 
 Req = Any  # the engine's request object: opaque to a carrier, handed back to the port
 Slots = Any  # K/V slots of the engine's pool, as ``KvSlots.alloc`` gave them
@@ -215,7 +216,7 @@ class EnginePort(KvSlots, RequestPrefix, StoredStates, Protocol):
 
 class StepRecord(Protocol):
     """What a carrier reads and writes of the executor's record of a request
-    (``serving.request_book.TrackedRequest``)."""
+    (``patches.request_book.TrackedRequest``)."""
 
     plan: Plan  # the plan made at enqueue; its ``admission`` is the policy's, for its carrier
     tokens: tuple[int, ...]  # the prompt
@@ -230,7 +231,7 @@ class StepCarrier(Protocol):
     ``armed``, ``retracted`` and ``forget``; it contains every exception (the request is then read
     plainly, after ``undo``). A carrier orders the engine through its ``EnginePort`` only."""
 
-    lines: ClassVar[Any]  # the executor's log lines in the policy's words (``serving.executor_lines``); None: its own
+    lines: ClassVar[ExecutorLines | None]  # the executor's log lines in the policy's words; None: its own
 
     def armed(self, req: Req, record: StepRecord) -> None:
         """At enqueue, the plan is on the record: set up ``record.progress``."""
@@ -290,7 +291,7 @@ class StepCarrier(Protocol):
 class CarrierDefaults:
     """Do-nothing defaults of every ``StepCarrier`` method: a carrier overrides the points it needs."""
 
-    lines: ClassVar[Any] = None
+    lines: ClassVar[ExecutorLines | None] = None
 
     def armed(self, req: Req, record: StepRecord) -> None:
         return None

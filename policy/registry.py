@@ -128,9 +128,9 @@ def resolve_config(name: str, settings: Mapping[str, str]) -> Any:
             listed = ", ".join(valid) if valid else "(none)"
             raise PolicyError(f"cache policy {name!r} has no setting {key!r}; valid settings: {listed}")
         values[key] = parse_value(key, raw, hints[key])
-    # A config class may add its own layer under the command line (SCR honours the authors'
-    # ``KVREUSE_*`` environment): ``from_settings(values)`` builds it from the parsed settings.
-    build = getattr(cls, "from_settings", None) or (lambda parsed: cls(**parsed))
+    # A policy may add its own layer under the command line (SCR honours the authors' ``KVREUSE_*``
+    # environment): its ``config_from_settings(values)`` builds the config from the parsed settings.
+    build = getattr(policy_class(name), "config_from_settings", None) or (lambda parsed: cls(**parsed))
     try:
         return build(values)
     except (TypeError, ValueError) as exc:

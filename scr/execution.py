@@ -46,7 +46,7 @@ from scr.intercept import Intercept
 @dataclass
 class RelocationProgress:
     """Where one request is in SCR's steps, from enqueue to release: the executor's request record
-    (``serving.request_book.TrackedRequest``) holds it as ``progress``; only ``scr.steps`` reads it.
+    (``patches.request_book.TrackedRequest``) holds it as ``progress``; only ``scr.steps`` reads it.
     The record itself keeps what every policy has (plan, rows moved, fallback, retractions)."""
 
     sid: str | None

@@ -13,6 +13,7 @@ from functools import partial
 from typing import Callable, Mapping
 
 from policy.carrier import SideStores
+from policy.executor_lines import ExecutorLines, worded
 from scr import authors_log as log_lines
 from scr.cursor import NextBlock, Relocation
 from scr.execution import Counters, RelocationProgress, evict_floor
@@ -20,19 +21,13 @@ from scr.intercept import Intercept
 from scr.kvreuse_env import AUTHORS_DEFAULTS, ENV_VARS
 from scr.memory import GIB, ScrMemory, activation_margin_bytes, memory_problem, sizes_text
 from scr.settings import ScrConfig
-from serving.executor_lines import ExecutorLines
 
 format_line = log_lines.format_line
 
-# The executor's lines (``serving.executor_lines``) for SCR, in the ``[kvreuse]`` words the
-# authors' operators grep (``[kvreuse] scr fallback: ...``).
-EXECUTOR_LINES = ExecutorLines(
-    fallback="[kvreuse] scr fallback: rid=%s step=%s outcome=%s reason=%s",
-    step_failed="[kvreuse] scr step %s failed for rid=%s",
-    stale="scr: dropped state of %d request(s) the idle scheduler no longer has: %s",
-    invariant="[kvreuse] scr invariant check failed",
-    admit_failed="[kvreuse] scr admission failed for rid=%s",
-)
+# The executor's lines (``policy.executor_lines``) for SCR, in the ``[kvreuse]`` words the
+# authors' operators grep (``[kvreuse] scr fallback: rid=...``); the placeholders are the executor's.
+EXECUTOR_LINES = worded(ExecutorLines("[kvreuse] scr fallback: ", "[kvreuse] scr step ", "scr: ", "[kvreuse] scr ",
+                                      "[kvreuse] scr admission "))
 RELOCATION_FAILED = "[kvreuse] v6 splice failed (%s); freeing %d slots"
 
 

@@ -14,8 +14,9 @@ so every change to a session is one of these calls. Pure Python: no SGLang, no t
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
-from typing import ClassVar, Mapping, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
 from policy.api import Arrival, Plan, PolicyDefaults, Release
 from policy.carrier import EnginePort, SideStores, StepCarrier, StoreCosts
@@ -23,6 +24,7 @@ from policy.formats import quantized_kv_problem
 from scr.execution import relocation_plan
 from scr.intercept import Intercept, intercept
 from scr.knobs import parse_request_knobs
+from scr.kvreuse_env import resolve
 from scr.sessions import Dropped, SessionTable, Store, request_identity
 from scr.settings import ScrConfig
 
@@ -47,6 +49,12 @@ class ScrPolicy(PolicyDefaults):
     def __init__(self, config: ScrConfig):
         self.config = config
         self.sessions = SessionTable(config)
+
+    @staticmethod
+    def config_from_settings(settings: Mapping[str, Any]) -> ScrConfig:
+        """The launcher's entry (``policy.registry.resolve_config``): defaults < the authors'
+        ``KVREUSE_*`` environment < ``--cache-policy-set`` (``settings``, parsed)."""
+        return resolve(os.environ, settings)
 
     # ------------------------------------------------------------------ the seam
 

@@ -9,7 +9,8 @@ table that lists it), ``overlay`` (the overlay's module default where it differs
 ``scr/README.md``; ``python -m scr.settings`` prints it.
 
 Precedence, lowest first: field defaults < ``KVREUSE_*`` environment (``scr.kvreuse_env.from_env``)
-< ``--cache-policy-set key=value`` (``merge``). ``ScrConfig.from_settings`` applies all three.
+< ``--cache-policy-set key=value`` (``merge``). ``ScrPolicy.config_from_settings`` applies all
+three (there, not here: ``scr.kvreuse_env`` builds on this module, which imports nothing of scr).
 """
 # Spec: docs/scr.md
 
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Mapping
@@ -112,14 +112,6 @@ class ScrConfig:
     session_identity: SessionIdentity = _setting("content", "where a request's session comes from: content "
                                                  "matching (the authors'), the request's session_id, or its rid "
                                                  "up to the last '.'", "KVREUSE_SESSION_IDENTITY", "ours")
-
-    @classmethod
-    def from_settings(cls, settings: Mapping[str, Any]) -> "ScrConfig":
-        """The launcher's entry (``policy.registry``): defaults < ``KVREUSE_*`` < ``--cache-policy-set``."""
-        # Imported here: the environment layer builds on this module.
-        from scr.kvreuse_env import resolve
-
-        return resolve(os.environ, settings)
 
     def __post_init__(self):
         for f in dataclasses.fields(self):

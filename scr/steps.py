@@ -4,7 +4,7 @@ side-buffer stores, are carried out while SGLang reads a request.
 The one executor (``patches/executor.py``) owns every request's record, containment, events,
 aborts, retraction and the idle check; for a policy whose plan has engine-time steps it asks the
 policy for a carrier (``ScrPolicy.step_carrier``) and calls it at the points below, with the
-request's record (``serving.request_book.TrackedRequest``, SCR's progress in ``record.progress``).
+request's record (``patches.request_book.TrackedRequest``, SCR's progress in ``record.progress``).
 It implements ``policy.carrier.StepCarrier``: the executor calls nothing else of it. The carrier
 decides with the pure rules of ``scr.execution`` and ``scr.cursor`` and has the engine port
 (``policy.carrier.EnginePort``, implemented on SGLang by ``patches/scr_runtime.py``) carry the
@@ -27,7 +27,7 @@ from scr import lines
 from scr.cursor import Relocation, phase1_step
 from scr.execution import (Counters, RelocationProgress, chunk_admission, evict_amount, evict_floor, new_cursor,
                            plan_gate, relocation_refusal, snapshot_at_prefill_end, state_at_release)
-from serving import faults
+from policy import faults
 
 
 class ScrSteps:

@@ -44,7 +44,10 @@ check_cuda_toolkit() { # sets TOOLKIT_HOME, _HOW, _RELEASE and TOOLKIT_PROBLEM (
   fi
   local hint="install NVIDIA's CUDA Toolkit $TORCH_CUDA_MAJOR (for example the cuda-toolkit-$TORCH_CUDA_MAJOR-0 package from NVIDIA's apt repository, or start from an nvidia/cuda:$TORCH_CUDA_MAJOR.0.x-devel image) and export CUDA_HOME=/usr/local/cuda-$TORCH_CUDA_MAJOR.0 (docs/gpu.md, 'Install')"
   if [ -x "$TOOLKIT_HOME/bin/nvcc" ]; then
-    TOOLKIT_RELEASE="$("$TOOLKIT_HOME/bin/nvcc" --version 2>/dev/null | sed -n 's/.*release \([0-9][0-9]*\.[0-9][0-9]*\).*/\1/p' | head -n 1)"
+    # No `| head` here or below: under pipefail a reader that exits early can SIGPIPE the writer
+    # (exit 141 under load, seen in the set-up tests); sed reads everything, bash keeps the first line.
+    TOOLKIT_RELEASE="$("$TOOLKIT_HOME/bin/nvcc" --version 2>/dev/null | sed -n 's/.*release \([0-9][0-9]*\.[0-9][0-9]*\).*/\1/p')" || true
+    TOOLKIT_RELEASE="${TOOLKIT_RELEASE%%$'\n'*}"
   fi
   if [ -z "$TOOLKIT_RELEASE" ]; then
     TOOLKIT_PROBLEM="no CUDA toolkit: no working nvcc at $TOOLKIT_HOME/bin/nvcc ($TOOLKIT_HOW); SGLang compiles its JIT kernels with it: $hint"
@@ -117,8 +120,9 @@ if [ "$MODE" = gpu ]; then
   command -v nvidia-smi >/dev/null 2>&1 ||
     die "GPU mode needs an NVIDIA driver >= $MIN_DRIVER (SGLang 0.5.16 installs CUDA 13 torch 2.11.0), but nvidia-smi is not on PATH; install the driver, or use GPU=0 for the CPU install"
   SMI_OUT="$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>&1)" ||
-    die "nvidia-smi failed, so no driver version to check (needs >= $MIN_DRIVER): $(echo "$SMI_OUT" | head -n 3 | tr '\n' ' ')"
-  DRIVER="$(echo "$SMI_OUT" | head -n 1 | tr -d ' \r')"
+    die "nvidia-smi failed, so no driver version to check (needs >= $MIN_DRIVER): $(printf '%s\n' "$SMI_OUT" | sed -n 1,3p | tr '\n' ' ')"
+  DRIVER="${SMI_OUT%%$'\n'*}"  # the first GPU's line (no `| head`: see check_cuda_toolkit)
+  DRIVER="${DRIVER//[$' \r']/}"
   DRIVER_MAJOR="${DRIVER%%.*}"
   [[ "$DRIVER_MAJOR" =~ ^[0-9]+$ ]] ||
     die "could not read a driver version from nvidia-smi (got '$DRIVER'; needs >= $MIN_DRIVER)"

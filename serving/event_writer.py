@@ -4,7 +4,7 @@ Request events come from the scheduler of attention-TP rank 0 only; the start-up
 launcher. Both go through ``serving.jsonl_append`` (one ``write`` per line on an ``O_APPEND``
 descriptor), so lines from several processes never interleave; a write the disk refuses is
 logged and counted there, never raised. Request events pass the fault point ``events.write``
-(``serving/faults.py``, key: the rid); the start-up record passes none.
+(``policy/faults.py``, key: the rid); the start-up record passes none.
 
 A start-up record written to a file that already has one is a restart: the launcher's log says so
 in one INFO line (``RESTART_LINE`` matches it)::

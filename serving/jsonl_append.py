@@ -31,7 +31,7 @@ ended and followed by a marker with ``count`` 1 and ``error`` ``cut``. Other pro
 to the same file while a line of this one is cut write onto the cut piece: their line is lost
 with it, and only this writer's marker follows (a full disk spares no writer).
 
-**Fault injection** (``serving/faults.py``): with ``fault_point`` set, each ``append`` calls
+**Fault injection** (``policy/faults.py``): with ``fault_point`` set, each ``append`` calls
 ``faults.check(fault_point, key)``; an ``InjectedFault`` acts as a full disk that took the first
 half of the record's line: those bytes are written, and the record is lost with ``ENOSPC``.
 """
@@ -47,8 +47,8 @@ import threading
 import time
 from dataclasses import dataclass
 
+from policy import faults
 from policy.events import LOST, is_json
-from serving import faults
 
 logger = logging.getLogger(__name__)
 

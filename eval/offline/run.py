@@ -62,7 +62,7 @@ def measure(path: Path, concurrency: int = DEFAULT_CONCURRENCY, gpu_chunk: int =
     curve = gpu_time.fit()
     rows, per_call = {}, {}
     for spec in arms:
-        per_call[spec.name] = costs(spec, calls, end)
+        per_call[spec.name] = costs(spec, calls, end, gpu_chunk)
         rows[spec.name] = table.arm_row(calls, per_call[spec.name], curve, gpu_chunk, decode_rate)
         if spec.policy == "scr":
             rows[spec.name]["sessions"] = table.sessions(calls, per_call[spec.name])
@@ -92,13 +92,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int_at_least(1), default=DEFAULT_CONCURRENCY, metavar="N",
                         help="conversations in flight in the arrival order (eval.bench_policies' --concurrency)")
     parser.add_argument("--gpu-chunk", type=int_at_least(1), default=table.GPU_CHUNK, metavar="N",
-                        help="prefill chunk of radix and scr in the GPU time estimate")
+                        help="prefill chunk of radix and scr in the GPU time estimate, and exact kept's B")
     parser.add_argument("--decode-rate", type=positive_number, default=gpu_time.DECODE_RATE, metavar="R",
                         help="decoded tokens per second in the GPU time estimate")
     parser.add_argument("--tokenizer", default=None, metavar="qwen|tiny|DIR",
                         help="the trace's tokenizer, for exact's message ends (default: told by the ids)")
     parser.add_argument("--arm", action="append", default=[], metavar="NAME=POLICY[:KEY=VALUE,...]",
-                        help="an arm beside the default ones (radix, exact, exact messages, scr, scr rid), "
+                        help="an arm beside the default ones (radix, exact, exact messages, exact kept, scr, scr rid), "
                         "repeatable: exact's piece_tokens, retain_every, cut, min_piece; any scr setting")
     parser.add_argument("--out", type=Path, default=None, metavar="DIR", help="write REPORT.md and offline.json here")
     args = parser.parse_args(argv)

@@ -1,7 +1,7 @@
 """A failing policy hook ends that request, never the server: ``radix`` and ``exact``.
 
 (``scr``'s steps: ``tests/engine/test_scr_faults.py``.) Each server runs with named fault points
-(``serving/faults.py``) that raise for the rids of one test only. After each failure the server
+(``policy/faults.py``) that raise for the rids of one test only. After each failure the server
 must answer the next request, the failed request's event must say why (``fallback``), the answer
 must equal the independent reference (``tests/reference``), and for ``exact`` the cold one, bit for
 bit (a failed plan becomes a cold read).

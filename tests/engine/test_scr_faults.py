@@ -1,6 +1,6 @@
 """``--cache-policy scr`` when things go wrong: failing steps, retraction, crowded rounds.
 
-One server with injected faults (``serving/faults.py``: a named SCR step raises for the rids of one
+One server with injected faults (``policy/faults.py``: a named SCR step raises for the rids of one
 test) and SGLang's test retraction (``SGLANG_TEST_RETRACT``: every third decode round retracts a
 request when two or more decode). SGLang's strict idle leak check stays on: a slot not given back
 stops the scheduler, which the module teardown reports. Every answer that fell back to a plain

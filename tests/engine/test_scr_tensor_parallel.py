@@ -4,7 +4,7 @@ Each rank relocates and re-rotates its own KV heads and restores its own share o
 state; the ranks exchange one row after each tensor step (``policy/ranks.py``). Checked on one TP 2
 server against the independent reference (values, as ``test_scr_reference``): three turns of one
 conversation, two conversations at once, and a failure injected on rank 1 only
-(``serving/faults.py`` ``#1``) that must end in the same plain read on both ranks, not a hang.
+(``policy/faults.py`` ``#1``) that must end in the same plain read on both ranks, not a hang.
 """
 
 from __future__ import annotations

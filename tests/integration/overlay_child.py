@@ -1,6 +1,6 @@
 """One scenario of ``test_overlay_hooks.py``, run in a fresh interpreter.
 
-``HookRegistry`` and ``patches.plugin`` keep process-global state, so every scenario gets its own
+``HookRegistry``, ``patches.plugin`` and ``patches.process`` keep process-global state, so every scenario gets its own
 process. Usage::
 
     python tests/integration/overlay_child.py SCENARIO [MODEL_DIR]
@@ -15,8 +15,8 @@ so the exit status and stderr are the ones the process would have without this s
 |                     |                                      | ``UnifiedRadixCache``/``Req`` objects            |
 | stock               | no CACHE_POLICY_SPEC                 | ``load_plugins()``, then ``ServerArgs`` on CPU    |
 | version             | ``serving.versions.PINNED`` = 9.9.9  | ``patches.plugin.install()``                     |
-| missing_hook        | RELEASE_KV -> a function that is not | ``patches.plugin.install()``                     |
-| missing_hook_loader | there; radix spec                    | ``load_plugins()`` (SGLang's route)              |
+| missing_hook        | ``patches.targets.RELEASE_KV`` -> a  | ``patches.plugin.install()``                     |
+| missing_hook_loader | function that is not there; radix    | ``load_plugins()`` (SGLang's route)              |
 | bad_spec            | CACHE_POLICY_SPEC = "not json"       | ``load_plugins()``                               |
 """
 
@@ -36,41 +36,47 @@ def emit(summary: dict) -> None:
     print(SUMMARY_PREFIX + json.dumps(summary, sort_keys=True), flush=True)
 
 
-def registry_state() -> dict:
+def registry_state(originals: dict) -> dict:
+    """What is registered with SGLang, which of the overlay's targets (``originals``: what each
+    named before) name something else now, and whether the plugin says it installed."""
     from sglang.srt.plugins.hook_registry import HookRegistry
 
     from patches import plugin
 
     return {
         "registered": sorted(t for t, hooks in HookRegistry._hooks.items() if hooks),
-        "patched": sorted(HookRegistry._patched),
+        "applied": sorted(t for t, original in originals.items() if plugin._resolve(t) is not original),
         "installed": plugin._state["installed"],
     }
 
 
 def run_expecting_exit(action) -> None:
     """Run ``action``; report what it raised (or that it returned), then let the exception go on."""
+    from patches import plugin
+
+    originals = {t: plugin._resolve(t) for t in expected_targets(policy=True)}
     try:
         action()
     except BaseException as exc:
-        emit({"raised": type(exc).__name__, "message": str(exc), **registry_state()})
+        emit({"raised": type(exc).__name__, "message": str(exc), **registry_state(originals)})
         raise
-    emit({"raised": None, "message": None, **registry_state()})
+    emit({"raised": None, "message": None, **registry_state(originals)})
 
 
 # ---------------------------------------------------------------------- discovery
 
 
-def expected_targets() -> list[str]:
-    from patches import plugin, routes, validation
+def expected_targets(policy: bool | None = None) -> list[str]:
+    """The targets the plugin hooks on CPU: with the policy's when ``policy`` (default: when a spec is set)."""
+    from patches import routes, targets as policy_targets, validation
     from patches.cpu import attention as cpu_attention
     from patches.cpu import platform as cpu_platform
 
     targets = [t for t, _ in cpu_platform.KERNEL_REPLACEMENTS] + [cpu_platform.SERVER_ARGS_POST_INIT, cpu_attention.TARGET]
     targets += list(validation.TARGETS) + list(routes.TARGETS)
-    if os.environ.get("CACHE_POLICY_SPEC"):
-        targets += [plugin.REQ_MATCHED, plugin.RELEASE_KV, plugin.SCHEDULER_IDLE, plugin.SCHEDULER_INIT,
-                    plugin.ABORT]
+    if policy or (policy is None and os.environ.get("CACHE_POLICY_SPEC")):
+        targets += [policy_targets.REQ_MATCHED, policy_targets.RELEASE_KV, policy_targets.SCHEDULER_IDLE,
+                    policy_targets.SCHEDULER_INIT, policy_targets.ABORT]
     return targets
 
 
@@ -235,7 +241,7 @@ def policy_flow(model_dir: str) -> dict:
     from sglang.srt.runtime_context import get_context
     from sglang.srt.server_args import ServerArgs
 
-    from patches import plugin
+    from patches import plugin, process, targets
 
     spec = plugin.current_spec()
     server_args = ServerArgs(model_path=model_dir)
@@ -247,11 +253,11 @@ def policy_flow(model_dir: str) -> dict:
     out: dict = {"kv_total": kv_total, "events_path": spec.events_path}
 
     # No Scheduler is built: run the plugin's own Scheduler.__init__ AFTER hook with stand-ins.
-    (init_hook,) = [hook for _, hook, _ in HookRegistry._hooks[plugin.SCHEDULER_INIT]]
+    (init_hook,) = [hook for _, hook, _ in HookRegistry._hooks[targets.SCHEDULER_INIT]]
     init_hook(None, _scheduler_stub(attn_tp_rank=1), server_args)
-    out["rank1_writes_events"] = plugin.executor().events is not None
+    out["rank1_writes_events"] = process.executor().events is not None
     init_hook(None, _scheduler_stub(attn_tp_rank=0), server_args)
-    executor = plugin.executor()
+    executor = process.executor()
     out["rank0_events_file"] = executor.events.path if executor.events else None
     out["executor_policy"] = executor.policy.name
 
@@ -375,20 +381,25 @@ def scenario_version() -> None:
 
 
 def scenario_missing_hook() -> None:
-    from patches import plugin
+    from patches import plugin, targets
 
-    plugin.RELEASE_KV = MISSING_TARGET
-    run_expecting_exit(plugin.install)
+    def install():
+        targets.RELEASE_KV = MISSING_TARGET
+        plugin.install()
+
+    run_expecting_exit(install)
 
 
 def scenario_missing_hook_loader() -> None:
-    from patches import plugin
-
-    plugin.RELEASE_KV = MISSING_TARGET  # the entry point loads this same module object
-
     import sglang.srt.plugins
 
-    run_expecting_exit(sglang.srt.plugins.load_plugins)
+    from patches import targets
+
+    def load():
+        targets.RELEASE_KV = MISSING_TARGET  # the entry point's plugin reads this same module object
+        sglang.srt.plugins.load_plugins()
+
+    run_expecting_exit(load)
 
 
 def scenario_bad_spec() -> None:

@@ -20,10 +20,10 @@ import types
 
 import torch
 
-from serving import faults
 from patches import hook_sets
 from patches import scr_runtime as rt
 from patches import scr_tensors
+from policy import faults
 from scr.policy import ScrPolicy
 from scr.settings import ScrConfig
 

@@ -10,7 +10,7 @@ import pytest
 pytestmark = pytest.mark.integration
 
 exact_tree = pytest.importorskip("patches.exact_tree")
-from patches import plugin  # noqa: E402 - after the skip: SGLang is imported above
+from patches import process  # noqa: E402 - after the skip: SGLang is imported above
 
 
 class Adder:
@@ -49,7 +49,7 @@ def add_chunked_req(adder, req):
          "negative", "no-plan", "no-plan-stock-budget"],
 )
 def test_piece_budget(monkeypatch, free, needed, seen):
-    monkeypatch.setitem(plugin._state, "executor", Executor(needed))
+    monkeypatch.setitem(process._state, "executor", Executor(needed))
     adder = Adder(free)
     assert exact_tree.whole_piece_budget(add_chunked_req, adder, req=object()) == "result"
     assert adder.seen == seen
@@ -72,7 +72,7 @@ def add_one_req(adder, req, has_chunked_req, truncation_align_size):
     (832, 500, "wait", None, 500),  # the budget cannot hold the piece: wait, never shorten
 ])
 def test_first_piece(monkeypatch, needed, chunk, outcome, seen, left):
-    monkeypatch.setitem(plugin._state, "executor", Executor(needed))
+    monkeypatch.setitem(process._state, "executor", Executor(needed))
     adder = Adder(10_000, chunk)
     result = exact_tree.planned_first_piece(add_one_req, adder, object(), False, None)
     assert (result == "added") == (outcome == "added")

@@ -19,7 +19,7 @@ import json
 import pytest
 import torch
 
-from serving import faults
+from policy import faults
 from scr.settings import ScrConfig
 from tests.integration import scr_fake_engine as fake
 

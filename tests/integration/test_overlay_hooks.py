@@ -1,6 +1,6 @@
 """The overlay's hooks inside real SGLang 0.5.16 on CPU: discovery, effect, failure modes, CPU defaults.
 
-``HookRegistry`` and ``patches.plugin`` are process-global, so each scenario runs in a fresh
+``HookRegistry``, ``patches.plugin`` and ``patches.process`` are process-global, so each scenario runs in a fresh
 interpreter (``overlay_child.py``, which documents the scenarios) and these tests assert on its
 JSON summary, exit status and stderr. Importing SGLang costs several CPU-seconds per process, so the
 module starts every child at once and each test waits for its own.
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from patches import plugin, routes, validation
+from patches import routes, targets, validation
 from patches.cpu import attention as cpu_attention
 from patches.cpu import platform as cpu_platform
 from policy.registry import SPEC_ENV, PolicySpec
@@ -32,7 +32,8 @@ CHILD_TIMEOUT_S = 240  # a child needs ~8 CPU-seconds; the box is shared
 SUMMARY_PREFIX = "OVERLAY_CHILD_SUMMARY "
 MISSING_TARGET = "sglang.srt.mem_cache.common.no_such_function"
 
-POLICY_TARGETS = {plugin.REQ_MATCHED, plugin.RELEASE_KV, plugin.SCHEDULER_IDLE, plugin.SCHEDULER_INIT, plugin.ABORT}
+POLICY_TARGETS = {targets.REQ_MATCHED, targets.RELEASE_KV, targets.SCHEDULER_IDLE, targets.SCHEDULER_INIT,
+                  targets.ABORT}
 CPU_TARGETS = {target for target, _ in cpu_platform.KERNEL_REPLACEMENTS} | {
     cpu_platform.SERVER_ARGS_POST_INIT,
     cpu_attention.TARGET,
@@ -241,7 +242,7 @@ def test_version_mismatch_stops_process(children):
     assert "sglang==9.9.9" in summary["message"]
     assert "sglang==0.5.16" in summary["message"]
     assert summary["message"] in result.stderr
-    assert (summary["registered"], summary["patched"], summary["installed"]) == ([], [], False)
+    assert (summary["registered"], summary["applied"], summary["installed"]) == ([], [], False)
 
 
 def test_missing_hook_stops_install_naming_target(children):
@@ -272,7 +273,7 @@ def test_unparseable_spec_stops_process_under_sglang_loader(children):
     assert summary["message"] in result.stderr
     # The CPU hooks were registered before the spec was read, and none was applied.
     assert summary["registered"] == sorted(CPU_TARGETS | VALIDATION_TARGETS)
-    assert (summary["patched"], summary["installed"]) == ([], False)
+    assert (summary["applied"], summary["installed"]) == ([], False)
 
 
 # ---------------------------------------------------------------------- 4. CPU ServerArgs defaults

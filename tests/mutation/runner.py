@@ -31,8 +31,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # four were the pass of 2026-12-03; the rest hold the decisions added since (issue 37). Of patches/,
 # only the modules that decide something: the rest is SGLang glue that the engine tier tests.
 TARGETS = ("policy", "exact_cache", "scr", "eval/accounting",
-           "serving", "patches/executor.py", "patches/exact_tree.py", "patches/validation.py",
-           "eval/chaos", "eval/replay/retry.py")
+           "serving", "patches/executor.py", "patches/request_book.py", "patches/exact_tree.py",
+           "patches/validation.py", "eval/chaos", "eval/replay/retry.py")
 TEST_DIRS = ("tests/unit", "tests/reference", "tests/integration")  # in the order they run; no server in any
 # Test files too slow to run once per mutant, and why (they are still run by scripts/test.sh).
 SLOW_TESTS = {

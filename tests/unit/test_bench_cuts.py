@@ -1,11 +1,13 @@
-"""``eval.bench_cuts``: the offline replay per namespace, the read floors and the summary row."""
+"""``eval.bench_cuts``: the offline replay per namespace, the read floors, the summary row and the
+``cut=kept`` arms (forwards and PFLOPs of a tiny trace by hand)."""
 
 from __future__ import annotations
 
 import pytest
 
-from eval.bench_cuts import BODY_PARAMS, floors, replay_arm, summary
+from eval.bench_cuts import BODY_PARAMS, floors, forward_end_table, forward_ends, kept_arms, replay_arm, summary
 from eval.traces.format import TraceCall
+from exact_cache.rules import KeepKind
 from tests.reference.exact_oracle import expected_reuse
 
 E = 9  # message-end token
@@ -44,3 +46,69 @@ def test_summary_row():
     assert row["forwards_per_question"] == 4 and row["pieces_under_128"] == 1.0
     low, high = row["gpu_estimate_pflops_per_question"]
     assert low == pytest.approx(2 * BODY_PARAMS * (200 + 150 * 4 + 10) / 1e15) and high > low
+
+
+def messages(*lengths: int) -> list[int]:
+    """Messages of the given lengths, each ending in the message-end token E."""
+    out: list[int] = []
+    for length in lengths:
+        out += [1] * (length - 1) + [E]
+    return out
+
+
+def kept_calls():
+    """A cold call of three 100-token messages, then the same prompt with a 50-token message appended."""
+    first = messages(100, 100, 100)
+    return [call("a", 0, first, [2] * 5), call("a", 1, first + messages(50), [2] * 5)]
+
+
+def test_kept_arms_by_hand():
+    """B = 128. Call 1 (300 tokens, cold): message ends 100, 200 floor to 64, 192; the prompt end
+    floors to 256, a chunk multiple; forwards end at 64, 128, 192, 256, 300. Call 2 (350 tokens)
+    resumes at 256 and keeps the prompt end at 320: forwards [256, 320), [320, 350). Reads 300 + 94."""
+    arms = kept_arms(kept_calls(), 1, E, 128)
+    with_messages, without = arms["exact cut=kept B=128"], arms["exact cut=kept B=128, no message keeps"]
+    assert with_messages["pflops_per_question"] == pytest.approx(2 * BODY_PARAMS * (300 + 94 + 10) / 1e15)
+    assert with_messages["prefix"] == pytest.approx(256 / 650)
+    assert with_messages["forwards_per_question"] == 7 and with_messages["states_held"] == 4  # 64, 192, 256, 320
+    assert with_messages["forward_ends_per_question"] == {"prompt": 2, "chunk": 2, "message": 2, "prompt_end": 1}
+    low, _ = with_messages["gpu_estimate_pflops_per_question"]
+    assert low == pytest.approx(2 * BODY_PARAMS * (394 + 150 * 7 + 10) / 1e15)
+    # without message keeps: call 1 reads [0, 128), [128, 256), [256, 300); the same reuse
+    assert without["pflops_per_question"] == with_messages["pflops_per_question"]
+    assert without["forwards_per_question"] == 5 and without["states_held"] == 2  # 256, 320
+    assert without["forward_ends_per_question"] == {"prompt": 2, "chunk": 2, "prompt_end": 1}
+
+
+def test_forward_ends_name_the_keep_point_unless_a_chunk_ends_there():
+    pieces = [[(64, 128), (128, 150), (150, 200)], [(0, 200)]]
+    keeps = [{128: KeepKind.JUNCTION, 150: KeepKind.JUNCTION, 192: KeepKind.PROMPT_END}, {}]
+    assert forward_ends(pieces, keeps, 128) == {"prompt": 2, "chunk": 1, "junction": 1}
+    assert forward_ends(pieces, keeps, 832) == {"prompt": 2, "junction": 2}
+
+
+def test_replay_arm_under_the_kept_rule_agrees_with_the_oracle():
+    calls = kept_calls()
+    run = replay_arm(calls, piece=128, retain_every=256, message_end=E, kept=True)
+    prompts = [c.prompt_ids for c in calls]
+    assert run["reused"] == expected_reuse(prompts, piece=128, retain_every=256, message_end=E, kept=True) == [0, 256]
+    assert run["pieces"][1] == [(256, 320), (320, 350)]
+    assert run["keeps"][1] == {320: KeepKind.PROMPT_END}
+
+
+def test_the_forward_end_table_gives_ratios_to_radix():
+    row = {"forwards_per_question": 10.0, "forward_ends_per_question": {"prompt": 3.0, "chunk": 1.0, "message": 6.0}}
+    result = {"arms": {"radix (offline, 512)": {"forwards_per_question": 4.0}, "exact cut=kept B=128": row,
+                       "exact": {"forwards_per_question": 99.0}}}
+    lines = forward_end_table(result)
+    assert lines[-1] == "| exact cut=kept B=128 | 10.0 | 2.50 | 3.0 | 1.0 | 0.0 | 6.0 | 0.0 | 0.0 | 4.0 (1.00) |"
+    assert len([line for line in lines if line.startswith("| exact")]) == 1
+    assert forward_end_table({"arms": {"radix (offline, 512)": {"forwards_per_question": 4.0}}}) == []
+
+
+def test_a_kept_piece_off_the_grid_is_a_usage_error(tmp_path, capsys):
+    from eval.bench_cuts import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--trace", str(tmp_path / "t.jsonl"), "--kept-piece", "100"])
+    assert exit_.value.code == 2 and "multiple of 64" in capsys.readouterr().err

@@ -311,7 +311,7 @@ def aborts(monkeypatch):
 def test_a_failing_exact_plan_falls_back_to_a_cold_read(monkeypatch):
     """Planning raises (here: an injected fault): the request is planned as a cold read, which is
     exact by definition; the event records why."""
-    from serving import faults
+    from policy import faults
 
     monkeypatch.setattr(faults, "_PLAN", faults.parse("exact.plan~x11@1"))
     monkeypatch.setattr(faults, "_CALLS", {})
@@ -323,7 +323,7 @@ def test_a_failing_exact_plan_falls_back_to_a_cold_read(monkeypatch):
 
 
 def test_a_failing_release_still_writes_the_event(tmp_path, monkeypatch):
-    from serving import faults
+    from policy import faults
 
     monkeypatch.setattr(faults, "_PLAN", faults.parse("radix.release@1"))
     monkeypatch.setattr(faults, "_CALLS", {})

@@ -1,10 +1,10 @@
-"""serving/faults.py: the fault-injection spec the engine tests use (``CACHE_POLICY_FAULTS``)."""
+"""policy/faults.py: the fault-injection spec the engine tests use (``CACHE_POLICY_FAULTS``)."""
 
 from __future__ import annotations
 
 import pytest
 
-from serving import faults
+from policy import faults
 
 
 @pytest.fixture

@@ -15,9 +15,10 @@ import pytest
 from eval import server as eval_server
 from eval.traces.record import ServerTrace
 from patches import trace_writer
+from policy import faults
 from policy.events import (LOST, JsonlError, events_file_health, parse_jsonl, read_events, read_jsonl,
                            read_startups)
-from serving import faults, jsonl_append
+from serving import jsonl_append
 from serving.event_writer import EventWriter
 from serving.jsonl_append import LOST_LINE, JsonlAppender, encode
 from tests.unit.test_events import make_event
@@ -164,7 +165,7 @@ def test_a_writer_takes_over_a_file_left_inside_a_line(tmp_path, tail, lost, cut
 
 
 def test_injected_event_faults_lose_the_third_and_fourth_writes(tmp_path, plan, caplog):
-    """Each item counts the calls that reach it (``serving/faults.py``): the first ``@3`` ends the
+    """Each item counts the calls that reach it (``policy/faults.py``): the first ``@3`` ends the
     3rd call, so the second ``@3`` reaches its 3rd call at the 4th write."""
     plan("events.write@3,events.write@3")
     path = tmp_path / "events.jsonl"

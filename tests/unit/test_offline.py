@@ -9,7 +9,7 @@ import json
 import pytest
 
 from eval.offline import gpu_time, table
-from eval.offline.arms import DEFAULT_ARMS, costs, exact_costs, radix_costs
+from eval.offline.arms import DEFAULT_ARMS, ArmSpec, costs, exact_costs, radix_costs
 from eval.offline.arrival import arrival_order
 from eval.offline.scr_arm import CallCost, OfflineScr, read_spans, scr_costs, states_left
 from eval.traces.format import TraceCall, write_trace
@@ -102,6 +102,26 @@ def test_every_arm_adds_up_to_the_prompt():
     assert [x.prefix for x in radix][:2] == [0, 128]
     grid = exact_costs(calls, piece=64, retain=128)
     assert all(end - start <= 64 for x in grid for start, end in x.spans)
+
+
+def test_exact_kept_reads_in_forwards_of_the_gpu_chunk_ending_at_keep_points():
+    """cut=kept with B = the GPU chunk (128 here): a cold read of three 100-token messages (end 9)
+    ends forwards at the floored message ends 64, 192 and at the chunk ends 128, 256; an append
+    resumes at 256 and ends a forward at its floored prompt end 320 (tests/unit/test_bench_cuts.py
+    computes the same trace by hand)."""
+    first = ([1] * 99 + [9]) * 3
+    calls = [call("a", 0, first), call("a", 1, first + [1] * 49 + [9])]
+    kept = costs(ArmSpec("k", "exact", {"cut": "kept"}), calls, message_end=9, gpu_chunk=128)
+    assert [x.spans for x in kept] == [[(0, 64), (64, 128), (128, 192), (192, 256), (256, 300)],
+                                       [(256, 320), (320, 350)]]
+    quiet = costs(ArmSpec("k", "exact", {"cut": "kept", "message_end": ""}), calls, message_end=9, gpu_chunk=128)
+    assert [x.spans for x in quiet] == [[(0, 128), (128, 256), (256, 300)], [(256, 320), (320, 350)]]
+    wide = costs(ArmSpec("k", "exact", {"cut": "kept", "piece_tokens": "256"}), calls, message_end=9, gpu_chunk=128)
+    assert wide[0].spans == [(0, 64), (64, 192), (192, 256), (256, 300)]
+    curve = gpu_time.Curve((1.0, 0.0, 0.0, 0.0))  # one second per forward
+    row = table.arm_row(calls, kept, curve, gpu_chunk=128)
+    assert row["forwards_per_question"] == 7 and row["read_s_per_question"] == pytest.approx(7.0)
+    assert row["read"] == pytest.approx((300 + 94) / 650)
 
 
 def test_arm_row_by_hand():

@@ -1,4 +1,4 @@
-"""serving/request_book.py ``prefix_match_cap``: SGLang 0.5.16 caps its prefix match at
+"""patches/request_book.py ``prefix_match_cap``: SGLang 0.5.16 caps its prefix match at
 ``logprob_start_len`` whenever a request returns logprobs and that start is >= 0
 (``Req.init_next_round_input``: ``if self.return_logprob and self.logprob_start_len >= 0``), so a
 start of 0 (every prompt token's logprob) means a cap of 0: nothing reused. The events' ``match_cap``
@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from exact_cache.replay import ReplayTree
-from serving.request_book import prefix_match_cap
+from patches.request_book import prefix_match_cap
 
 
 @pytest.mark.parametrize("start, expected", [(0, 0), (1, 1), (-1, None), (-2, None)])

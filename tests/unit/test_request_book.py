@@ -1,4 +1,4 @@
-"""``serving.request_book``: the executor's per-request bookkeeping, without SGLang."""
+"""``patches.request_book``: the executor's per-request bookkeeping, without SGLang."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from policy.api import Read, Plan, Snapshot
-from serving.request_book import (Forward, RequestBook, TrackedRequest, check_invariants, event_fields, finish_type,
+from patches.request_book import (Forward, RequestBook, TrackedRequest, check_invariants, event_fields, finish_type,
                                   forget_stale, piece_shortfall, prefix_match_cap, request_event, tree_plan_problem)
 
 # [0, 64) [64, 128) snapshot at 128 (periodic), tail [128, 150)

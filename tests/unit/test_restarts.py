@@ -143,7 +143,7 @@ def test_a_rid_in_the_last_start_of_two_files_still_fails(tmp_path, capsys):
     (0, "C1: 2 answered calls have no event; the events files record no lost writes"),
 ])
 def test_answered_calls_without_an_event_are_counted_beside_the_lost_writes(tmp_path, monkeypatch, lost, message):
-    from serving import faults
+    from policy import faults
 
     monkeypatch.setattr(faults, "_CALLS", {})
     if lost:  # the 2nd and 3rd event writes hit a full disk

@@ -9,7 +9,7 @@ from scr.cursor import RelocationCursor
 from scr.execution import (Counters, RelocationProgress, blocks_of, chunk_admission, evict_amount, evict_floor,
                            new_cursor, plan_gate, relocation_plan, relocation_refusal, snapshot_at_prefill_end,
                            state_at_release)
-from serving.request_book import TrackedRequest, accounting, request_event
+from patches.request_book import TrackedRequest, accounting, request_event
 from scr.gates import Gate
 from scr.intercept import Intercept
 from scr.planner import Block

@@ -225,6 +225,22 @@ def test_a_new_enough_driver_passes(box, driver):
     assert f"NVIDIA driver {driver} (>= 580" in result.stdout
 
 
+def test_long_tool_output_is_read_without_a_broken_pipe(box):
+    """CI-box flake, exit 141: `echo "$SMI_OUT" | head -n 1` under pipefail SIGPIPEd the writer when
+    head exited between its writes (load-dependent). Output far past a pipe's 64 KiB buffer makes
+    any such early-exiting reader fail every time, so this fails on the old script deterministically."""
+    python = venv_with(box, "CPython 3.11.9")
+    write_script(box / "bin" / "nvidia-smi", 'for i in $(seq 20000); do echo "590.12"; done\n')
+    (box / "bin" / "seq").symlink_to(shutil.which("seq"))
+    write_script(box / "cuda" / "bin" / "nvcc", """\
+echo "Cuda compilation tools, release 13.0, V13.0.48"
+for i in $(seq 20000); do echo "Cuda compilation tools, release 13.0, V13.0.48"; done
+""")
+    result = run_setup(box, GPU="1")
+    assert dry_line(result) == f"mode=gpu python={python}"
+    assert "NVIDIA driver 590.12 (>= 580" in result.stdout
+
+
 def test_a_failing_or_unreadable_nvidia_smi_is_refused(box):
     venv_with(box, "CPython 3.11.9")
     fake_nvidia_smi(box / "bin", fail="NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.")

@@ -60,7 +60,7 @@ def test_registered_by_name_with_its_settings_and_its_way_of_planning(toy):
 def test_the_plugin_installs_the_existing_tree_hook_set_for_it(toy, monkeypatch):
     """The plugin picks the hook set by ``plans_at``: the tree set, with the same hooks as exact's."""
     chosen = []
-    monkeypatch.setattr(hook_sets, "install_tree", lambda register, spec: chosen.append(spec.policy))
+    monkeypatch.setattr(hook_sets, "install_tree", lambda register, spec, policy: chosen.append(spec.policy))
     plugin._install_policy_hooks(lambda *args: None, registry.PolicySpec.resolve(toy))
     assert chosen == [toy]
 
@@ -101,6 +101,6 @@ def test_the_relocating_toy_is_registered_and_gets_the_enqueue_hook_set(shift, m
     assert registry.plans_at(shift) == "enqueue"
     assert registry.PolicySpec.resolve(shift, ["offset=2"]).build().config == ShiftConfig(offset=2)
     chosen = []
-    monkeypatch.setattr(hook_sets, "install_enqueue", lambda register, spec: chosen.append(spec.policy))
+    monkeypatch.setattr(hook_sets, "install_enqueue", lambda register, spec, policy: chosen.append(spec.policy))
     plugin._install_policy_hooks(lambda *args: None, registry.PolicySpec.resolve(shift))
     assert chosen == [shift]

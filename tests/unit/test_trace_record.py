@@ -16,7 +16,7 @@ from eval import workload
 from eval.bcp import trace as bcp_trace
 from eval.traces.format import TraceError, read_trace
 from eval.traces.record import ClientCall, record_trace
-from patches import launch_server, plugin, trace_writer
+from patches import launch_server, targets, trace_writer
 from serving.jsonl_append import JsonlAppender
 from serving.trace_record import trace_record
 
@@ -83,17 +83,17 @@ def test_hooks_write_finished_and_popped_requests_only(monkeypatch, tmp_path):
     monkeypatch.setitem(trace_writer._state, "writer", None)
     hooks = {}
     assert trace_writer.install(lambda target, hook, kind: hooks.setdefault(target, hook)) is True
-    assert set(hooks) == {plugin.SCHEDULER_INIT, plugin.RELEASE_KV, plugin.ABORT}
+    assert set(hooks) == {targets.SCHEDULER_INIT, targets.RELEASE_KV, targets.ABORT}
     follower = SimpleNamespace(ps=SimpleNamespace(attn_tp_rank=1, attn_cp_rank=0, pp_rank=0))
-    hooks[plugin.SCHEDULER_INIT](None, follower)
+    hooks[targets.SCHEDULER_INIT](None, follower)
     assert trace_writer._state["writer"] is None  # only the leader writes
     leader = SimpleNamespace(ps=SimpleNamespace(attn_tp_rank=0, attn_cp_rank=0, pp_rank=0),
                              waiting_queue=[fake_req("q.1", output=(), reason=None, finished=False),
                                             fake_req("other", reason=None, finished=False)])
-    hooks[plugin.SCHEDULER_INIT](None, leader)
-    hooks[plugin.RELEASE_KV](fake_req("done"), None)
-    hooks[plugin.RELEASE_KV](fake_req("retracted", finished=False), None)  # released, read again later
-    hooks[plugin.ABORT](leader, SimpleNamespace(rid="q.", abort_all=False))
+    hooks[targets.SCHEDULER_INIT](None, leader)
+    hooks[targets.RELEASE_KV](fake_req("done"), None)
+    hooks[targets.RELEASE_KV](fake_req("retracted", finished=False), None)  # released, read again later
+    hooks[targets.ABORT](leader, SimpleNamespace(rid="q.", abort_all=False))
     rows = read_rows(path)
     assert [(r["rid"], r["finish_reason"]) for r in rows] == [("done", "length"), ("q.1", "abort")]
     assert rows[1]["completion_ids"] == []

@@ -5,8 +5,6 @@ the registry is a stub) and what the hooks do with their arguments."""
 
 from __future__ import annotations
 
-import sys
-import types
 from types import SimpleNamespace
 
 import pytest
@@ -516,50 +514,6 @@ def test_hooks_hand_back_the_original_result():
 
 
 # ---------------------------------------------------------------------- registration, every policy
-
-class FakeRegistry:
-    """Stands in for ``sglang.srt.plugins.hook_registry`` (importing SGLang takes ~15 s)."""
-
-    def __init__(self):
-        self.hooks: list[tuple[str, object, str]] = []
-        self._patched: set[str] = set()
-
-    def register(self, target, hook, kind):
-        self.hooks.append((target, hook, kind))
-
-    def apply_hooks(self):
-        self._patched.update(t for t, _, _ in self.hooks)
-
-
-@pytest.fixture
-def fake_sglang(monkeypatch):
-    registry = FakeRegistry()
-    module = types.ModuleType("sglang.srt.plugins.hook_registry")
-    module.HookRegistry = registry
-    module.HookType = {"BEFORE": "before", "AFTER": "after", "AROUND": "around", "REPLACE": "replace"}
-    monkeypatch.setitem(sys.modules, "sglang.srt.plugins.hook_registry", module)
-    exact_tree = types.ModuleType("patches.exact_tree")
-    exact_tree.register_backend = lambda: None
-    exact_tree.whole_piece_budget = lambda *a, **k: None
-    exact_tree.planned_first_piece = lambda *a, **k: None
-    monkeypatch.setitem(sys.modules, "patches.exact_tree", exact_tree)
-    monkeypatch.setattr(plugin.versions, "check_pins", lambda: None)
-    # No CPU-platform hooks (not what is tested; the real module imports torch).
-    import patches.cpu
-
-    cpu_platform = types.ModuleType("patches.cpu.platform")
-    cpu_platform.cuda_available = lambda: True
-    monkeypatch.setitem(sys.modules, "patches.cpu.platform", cpu_platform)
-    monkeypatch.setattr(patches.cpu, "platform", cpu_platform, raising=False)
-    monkeypatch.setattr(plugin, "_resolve", lambda target: object())  # every target "exists" and "changed"
-    monkeypatch.setattr(plugin, "_state", {"installed": False, "targets": (), "executor": None, "cpu": False})
-    monkeypatch.setattr(validation, "_check_field_tables", lambda: None)
-    monkeypatch.setattr(validation.stop_regex, "install", lambda: None)  # patches SGLang's scheduler module
-    from patches import log_guard
-
-    monkeypatch.setattr(log_guard, "install", lambda: None)  # changes logging for the whole process
-    return registry
-
 
 @pytest.mark.parametrize("policy", [None, "radix", "exact", "scr"])
 def test_plugin_registers_validation_for_every_policy(fake_sglang, monkeypatch, policy):

@@ -7,9 +7,12 @@ makes ``check("scr.restore_state", rid)`` raise ``InjectedFault`` on its first c
 rank R (``scr.place_rows#1@1``: the first copy fails on rank 1 only; the rank is set by the
 scheduler's start-up hook, 0 until then). Use ``#R`` only on steps the ranks exchange about
 (scr's tensor steps, ``exact.piece``): elsewhere one rank's failure leaves the ranks at different
-collectives, a hang (docs/tensor_parallel.md §4). Unset (the default), a check is one dict lookup. The steps are named where ``check`` is called (``grep faults.check``: the
-executors in ``patches/``, the file writer ``serving/jsonl_append.py``); the engine tests use this to show that a failing step ends one
-request, never the server. Standard library only, so the executors' pure tests use it too.
+collectives, a hang (docs/tensor_parallel.md §4). Unset (the default), a check is one dict
+lookup. The steps are named where ``check`` is called (``grep faults.check``: the executor in
+``patches/``, SCR's step carrier ``scr/steps.py``, the file writer ``serving/jsonl_append.py``); the
+engine tests use this to show that a failing step ends one request, never the server. Standard
+library only and in ``policy/``, so every package that names a step may use it (``scr/`` imports
+only ``policy/``), and the executors' pure tests too.
 
 Two points stand for a full disk under the per-request files, where a test cannot mount a small
 tmpfs (``serving/jsonl_append.py``: the record's first half is written, then it is lost with
