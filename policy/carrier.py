@@ -227,9 +227,10 @@ class StepRecord(Protocol):
 
 class StepCarrier(Protocol):
     """What the executor calls on a policy's carrier, one method per scheduling point. The
-    executor calls it only for a request whose record has ``progress`` (after ``armed``), except
-    ``armed``, ``retracted`` and ``forget``; it contains every exception (the request is then read
-    plainly, after ``undo``). A carrier orders the engine through its ``EnginePort`` only."""
+    executor calls it only for a request whose record has ``progress`` (set by ``armed``), except
+    ``armed``, ``before_admission``, ``keeps_chunk``, ``retracted`` and ``forget``, which see
+    every record it keeps; it contains every exception (the request is then read plainly, after
+    ``undo``). A carrier orders the engine through its ``EnginePort`` only."""
 
     lines: ClassVar[ExecutorLines | None]  # the executor's log lines in the policy's words; None: its own
 
