@@ -148,8 +148,8 @@ class ShiftSteps(CarrierDefaults):
         record.moved, record.blocks = record.moved - step.rows, record.blocks - 1
 
     def retracted(self, req, record) -> str | None:
-        progress = record.progress
-        progress.step = progress.slots = None
+        if record.progress is not None:  # the engine freed every row, moved ones too
+            record.progress.step = record.progress.slots = None
         self.engine.include_in_tree(req)
         return "retracted: read again without relocation" if record.moved else None
 
