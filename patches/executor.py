@@ -7,8 +7,10 @@ enqueue: ``scr``), keeps one record per request (``patches.request_book.TrackedR
 ``RequestBook``) from the plan to the release hook, checks every prefill forward against the
 plan's reads, writes each request's event, forgets requests aborted while waiting, counts
 retractions, and checks at idle that no record is left (``lines.stale``). A plan's engine-time
-steps (``Relocate``, ``Restore``) are carried out by the policy's step carrier
-(``policy.step_carrier``), which the executor calls at the points below with the request's record.
+steps (``Relocate``, ``Restore``) are carried out by the policy's step carrier (a
+``policy.carrier.StepCarrier``, built by ``StepPolicy.step_carrier``), which the executor calls at
+the points below with the request's record; it calls nothing else of the carrier, and of the policy
+only the members of ``policy.api.CachePolicy``.
 
 Containment: an exception inside a policy call or a step never reaches SGLang's scheduler. Where
 a plain read is still correct it serves one (``radix``'s plan only describes SGLang's match;
@@ -24,7 +26,8 @@ import logging
 from patches.request_book import (RequestBook, check_invariants, finish_type, forget_stale, prefix_match_cap,
                                   request_event, tree_plan_problem)
 from policy import faults, ranks
-from policy.api import Arrival, Plan, Release, RequestRefused
+from policy.api import Arrival, CachePolicy, Plan, Release, RequestRefused
+from policy.carrier import StepCarrier
 from policy.events import RequestEvent
 from policy.executor_lines import PLAIN, ExecutorLines
 from serving.event_writer import EventWriter
@@ -40,14 +43,14 @@ class PolicyExecutor:
     and snapshot); ``log``: where its lines go (the carrier's logger, so a policy's lines stay in
     one stream)."""
 
-    def __init__(self, policy, events: EventWriter | None = None, steps=None, log: logging.Logger | None = None,
-                 scheduler=None):
+    def __init__(self, policy: CachePolicy, events: EventWriter | None = None, steps: StepCarrier | None = None,
+                 log: logging.Logger | None = None, scheduler=None):
         self.policy = policy
         self.scheduler = scheduler  # read for its chunked request only
         self.events = events
-        self.plans_at = getattr(policy, "plans_at", "match")
+        self.plans_at = policy.plans_at
         self.steps = steps
-        self.lines: ExecutorLines = getattr(steps, "lines", PLAIN)
+        self.lines: ExecutorLines = steps.lines if steps is not None and steps.lines is not None else PLAIN
         self.logger = log or logger
         self._tracked = RequestBook()
 
@@ -133,7 +136,7 @@ class PolicyExecutor:
             self.contain("advance_prefix", req, record, "plain_read", self.steps.before_round, req, record,
                          tree_cache is None)
         result = original(req, tree_cache, cow_mamba, *args, **kwargs)
-        if record is not None and self.steps.running(record):
+        if record is not None and record.progress is not None:
             chunked = self.scheduler.chunked_req if self.scheduler is not None else None
             self.contain("round", req, record, "plain_read", self.steps.after_round, req, record,
                          tree_cache is not None, chunked is not None and chunked is not req)
@@ -150,17 +153,17 @@ class PolicyExecutor:
                 self.contain("undo_direct", req, record, "plain_read", self.steps.not_admitted, req, record)
             return AddReqResult.OTHER
         has_chunked = kwargs.get("has_chunked_req", args[0] if args else False)
-        in_phase1 = False
+        needs_chunk = False
         if record is not None:
-            in_phase1 = bool(self.contain("admit_round", req, record, "plain_read", self.steps.before_admission, req,
-                                          record, bool(has_chunked or adder.new_chunked_req is not None)))
+            needs_chunk = bool(self.contain("admit_round", req, record, "plain_read", self.steps.before_admission, req,
+                                            record, bool(has_chunked or adder.new_chunked_req is not None)))
         result = original(adder, req, *args, **kwargs)
         if record is None or record.progress is None:
             return result
         admitted = bool(adder.can_run_list) and adder.can_run_list[-1] is req
         chunk_free = adder.new_chunked_req is None or adder.new_chunked_req is req
         if self.contain("admit_round", req, record, "plain_read", self.steps.after_admission, req, record, admitted,
-                        in_phase1, chunk_free):
+                        needs_chunk, chunk_free):
             adder.new_chunked_req = req
             setattr(adder, FORCED, True)
         return result
@@ -278,7 +281,7 @@ class PolicyExecutor:
             return
         if record is None and self.plans_at == "enqueue":
             return  # a request the policy never planned (refused or finished before the queue)
-        if record is not None and self.steps is not None and self.steps.has_store(record):
+        if record is not None and self.steps is not None and record.progress is not None:
             self.contain("store", req, record, "plain_read", self.steps.store, req, record)
         try:
             faults.check(f"{self.policy.name}.release", req.rid)
@@ -322,7 +325,7 @@ class PolicyExecutor:
         if scheduler.is_fully_idle():
             for record in forget_stale(self._tracked, self.logger, self.lines.stale):
                 if self.steps is not None:
-                    self.contain("stale", None, None, "plain_read", self.steps.stale, record)
+                    self.contain("stale", None, None, "plain_read", self.steps.forget, record)
             check_invariants(self.policy, self.logger, self.lines.invariant)
 
 

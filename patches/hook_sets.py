@@ -131,7 +131,8 @@ def install_enqueue(register, spec, policy) -> None:
 
 
 def enqueue_executor(scheduler, policy, events, leader: bool):
-    """The executor of a policy that plans at enqueue: its step carrier over ``ScrEngine``."""
+    """The executor of a policy that plans at enqueue (a ``policy.carrier.StepPolicy``): its side
+    stores and engine port (``ScrEngine``), then its step carrier over the port."""
     from patches.executor import PolicyExecutor
     from patches.rope import RotaryMismatch
     from patches.scr_runtime import ScrEngine, logger
@@ -141,5 +142,4 @@ def enqueue_executor(scheduler, policy, events, leader: bool):
     except RotaryMismatch as exc:
         raise process.refuse(f"--cache-policy {policy.name} cannot re-rotate keys on this model: {exc}") from None
     steps = policy.step_carrier(engine, logger, leader)
-    engine.started(steps)
     return PolicyExecutor(policy, events, steps=steps, log=logger, scheduler=scheduler)

@@ -4,8 +4,8 @@ re-rotation, and state save/restore (``docs/scr.md`` §5, §8, §9).
 Both stores live outside SGLang's paged pools (§5.1, §9.1), so they never compete with the
 scheduler for slots and are invisible to its accounting and leak checks. For the same reason
 SGLang never leaves room for them: they are sized first, checked against the memory still free
-(the policy's ``stores`` decision, §5.4) and allocated only when SCR is on; a shortfall refuses to
-start (exit 2). Row ``r`` of side slot ``s`` is flat row ``s * tokens + r``; the state shadow is
+(the policy's ``side_stores`` decision, ``policy.carrier.SideStores``, §5.4) and allocated only when
+SCR is on; a shortfall refuses to start (exit 2). Row ``r`` of side slot ``s`` is flat row ``s * tokens + r``; the state shadow is
 indexed by the side slot too. Nothing here decides anything: the step carrier says which rows and
 slots, through ``patches/scr_runtime.py``.
 """
@@ -20,6 +20,7 @@ import torch
 
 from patches import process
 from patches.rope import rotate_keys, shifted_rotation, text_rotary
+from policy.carrier import SideStores, StepPolicy, StoreCosts
 from serving.host_memory import host_free_memory
 
 logger = logging.getLogger(__name__)
@@ -111,18 +112,23 @@ def free_memory(device: torch.device) -> tuple[int, int] | None:
     return host_free_memory()
 
 
-def decide_stores(policy, pool_kv, state, device: torch.device, server_args, measure=free_memory):
-    """The policy's ``stores`` decision for these pools, read off their shapes (one side row per
+def store_costs(pool_kv, state, device: torch.device, server_args, measure=free_memory) -> StoreCosts:
+    """What the policy sizes its side stores from, read off the pools' shapes (one side row per
     pool row of every layer, one shadow row per state slot), the free memory there and SGLang's
-    settings (``server_args`` None on the test doubles: margin at its minimum). A refusal stops the
-    start (``process.refuse``: the launcher exits 2 with the message); the figures are logged."""
-    kv = sum(row_bytes(k) + row_bytes(v) for k, v in pool_kv)
-    state_bytes = sum(slot_bytes(t) for t in [*state.conv, state.temporal]) if state is not None else 0
-    decision = policy.stores(
-        kv, state_bytes, lambda: measure(device), str(device), on_gpu=device.type == "cuda",
+    settings (``server_args`` None on the test doubles: margin at its minimum)."""
+    return StoreCosts(
+        kv_bytes_per_token=sum(row_bytes(k) + row_bytes(v) for k, v in pool_kv),
+        state_bytes_per_slot=sum(slot_bytes(t) for t in [*state.conv, state.temporal]) if state is not None else 0,
+        where=str(device), free_memory=lambda: measure(device), on_gpu=device.type == "cuda",
         chunked_prefill_size=getattr(server_args, "chunked_prefill_size", None),
         tp_size=getattr(server_args, "tp_size", 1), pp_size=getattr(server_args, "pp_size", 1),
         mem_fraction_static=getattr(server_args, "mem_fraction_static", None))
+
+
+def decide_stores(policy: StepPolicy, costs: StoreCosts) -> SideStores:
+    """The policy's ``side_stores`` decision for ``costs``. A refusal stops the start
+    (``process.refuse``: the launcher exits 2 with the message); the figures are logged."""
+    decision = policy.side_stores(costs)
     if decision.problem is not None:
         raise process.refuse(decision.problem)
     (logger.warning if decision.warn else logger.info)(decision.line)
@@ -134,7 +140,7 @@ class ScrTensors:
     its recurrent-state pool (None on a dense model), and SCR's side buffer and state shadow
     (None while SCR is switched off: ``enabled`` false allocates nothing)."""
 
-    def __init__(self, scheduler, policy, measure=free_memory):
+    def __init__(self, scheduler, policy: StepPolicy, measure=free_memory):
         kv_pool = scheduler.token_to_kv_pool_allocator.get_kvcache()
         mapping = getattr(kv_pool, "full_attention_layer_id_mapping", None)
         self.layers = sorted(mapping) if mapping else list(range(kv_pool.start_layer, kv_pool.end_layer))
@@ -147,14 +153,16 @@ class ScrTensors:
         # memory is taken.
         self.rotary = text_rotary(scheduler.tp_worker.model_runner.model, self.layers,
                                   model_config.hf_text_config, getattr(model_config, "context_len", None))
-        decision = decide_stores(policy, self.pool_kv, self.state, self.pool_kv[0][0].device,
-                                 getattr(scheduler, "server_args", None), measure)
-        self.memory = memory = decision.memory
+        costs = store_costs(self.pool_kv, self.state, self.pool_kv[0][0].device,
+                            getattr(scheduler, "server_args", None), measure)
+        self.stores = decision = decide_stores(policy, costs)
+        self.kv_bytes_per_token = costs.kv_bytes_per_token
+        self.shadow_bytes = decision.slots * costs.state_bytes_per_slot if decision.states else 0
         self.side = self.shadow = None
         if not decision.allocate:
             return
-        self.side = SideBuffer(self.pool_kv, memory.slots, memory.tokens)
-        self.shadow = StateShadow(self.state, memory.slots) if memory.state_bytes_per_slot else None
+        self.side = SideBuffer(self.pool_kv, decision.slots, decision.tokens)
+        self.shadow = StateShadow(self.state, decision.slots) if decision.states else None
 
     def prefix_rows(self, pool_index: int, end: int) -> torch.Tensor:
         """Pool slots of a request's first ``end`` tokens."""

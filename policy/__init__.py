@@ -2,6 +2,7 @@
 
 Standard library only: no torch, no sglang. ``patches/`` turns SGLang requests into the value
 objects of ``policy.api`` and executes the plans that come back; the policy packages
-(``exact_cache/``, ``scr/``) implement ``policy.api.CachePolicy`` and are listed by dotted path in
-``policy.registry`` (imported on first use); ``eval/`` reads ``policy.events``.
+(``exact_cache/``, ``scr/``) implement ``policy.api.CachePolicy`` (SCR, whose steps need the
+engine, ``policy.carrier.StepPolicy`` and its step carrier's contract) and are listed by dotted
+path in ``policy.registry`` (imported on first use); ``eval/`` reads ``policy.events``.
 """

@@ -21,7 +21,7 @@ any match (SCR's), resumes wherever the tree's match ends, at most ``resume_limi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Mapping, NamedTuple, Protocol, Sequence, Union
+from typing import ClassVar, Mapping, Protocol, Union
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +81,16 @@ class Restore:
 Step = Union[Read, Snapshot, Relocate, Restore]
 
 
+@dataclass(frozen=True)
+class Admission:
+    """What a policy that plans at enqueue decided when it admitted a request, beside its steps
+    (``Plan.admission``): ``kind`` names the decision (SCR: ``off``, ``cold``, ``passthrough``,
+    ``no_plan``, ``plan``). A policy extends it with what its own step carrier reads (SCR:
+    ``scr.intercept.Intercept``); the executor never reads it."""
+
+    kind: str
+
+
 @dataclass(frozen=True, slots=True)
 class Plan:
     """What to do for one request: reuse ``[0, resume)`` from the prefix tree, then ``steps``.
@@ -88,14 +98,14 @@ class Plan:
     ``resume_limit``: None for a plan made at or inside the prefix match (it resumes at
     ``resume``); for a plan made at enqueue, before the match, the deepest tree hit it still holds
     for, its first ``Read`` then starting wherever the match ends.
-    ``detail``: what the policy's own step carrier needs beside the steps (SCR: its admission
-    outcome); the executor never reads it."""
+    ``admission``: a plan made at enqueue carries what the policy decided (``Admission``) to its
+    step carrier (``policy.carrier``); None for every other plan."""
 
     rid: str
     resume: int
     steps: tuple[Step, ...]
     resume_limit: int | None = None
-    detail: Any = None
+    admission: Admission | None = None
 
     def validate(self, prompt_len: int) -> None:
         """Raise ``ValueError`` unless the Read and Relocate steps tile ``[resume, prompt_len)`` in
@@ -153,17 +163,6 @@ class Plan:
         return [(step.start, step.end) for step in self.steps if isinstance(step, Read)]
 
 
-class RequestFacts(NamedTuple):
-    """What a step carrier reads of a request from the engine port, as the engine has it now."""
-
-    prompt: Sequence[int]
-    prefix_len: int  # tokens in place (tree match, read, relocated)
-    full_len: int  # prompt + output tokens
-    extend_end: int | None  # where this round's read ends
-    finished: bool
-    has_state_slot: bool  # the request holds a slot of the recurrent-state pool
-
-
 @dataclass(frozen=True, slots=True)
 class Release:
     """A request that finished or was aborted."""
@@ -186,19 +185,20 @@ class RequestRefused(ValueError):
 # "tree": inside the exact radix tree's match, with Snapshot steps (``Arrival.tree_match`` and
 #   ``tree_states`` filled; ``tree_keys`` consulted);
 # "enqueue": when the request is queued, before any match; its Relocate/Restore steps are carried
-#   out by ``step_carrier`` (SCR).
+#   out by the policy's step carrier (a ``policy.carrier.StepPolicy``: SCR).
 PLANS_AT = ("match", "tree", "enqueue")
 
 
 class CachePolicy(Protocol):
-    """What ``patches/`` calls. New needs become fields or step kinds, not methods.
+    """What ``patches/`` calls on every policy; nothing else of a policy object is read there. New
+    needs become fields or step kinds, not methods. A policy that plans at enqueue adds the two
+    members of ``policy.carrier.StepPolicy``.
 
     The members after ``check`` are optional for a policy: ``PolicyDefaults`` gives them their
     defaults, so a policy inherits it and the launcher and executor call them without probing."""
 
     name: ClassVar[str]
     plans_at: ClassVar[str]
-    config: Any
 
     def plan(self, arrival: Arrival) -> Plan: ...
 
@@ -222,7 +222,7 @@ class CachePolicy(Protocol):
 
     def tree_keys(self, prompt, ids) -> list[int] | None: ...
 
-    def step_carrier(self, engine, logger, leader: bool) -> Any: ...
+    def snapshot_file(self, rid: str, position: int, tp_rank: int) -> str | None: ...
 
 
 # ``startup_problems``' settings hold the resolved ``ServerArgs`` fields plus these: the
@@ -278,9 +278,7 @@ class PolicyDefaults:
         that plans inside the tree; None: the token ids themselves."""
         return None
 
-    def step_carrier(self, engine, logger, leader: bool) -> Any:
-        """For a policy whose plans have ``Relocate``/``Restore`` steps (``plans_at="enqueue"``): the
-        object that carries them out over ``engine`` (the hook set's engine port), called by the
-        executor at each scheduling point with the request's record. None: the plans only read and
-        snapshot."""
+    def snapshot_file(self, rid: str, position: int, tp_rank: int) -> str | None:
+        """Where the tree writes rank ``tp_rank``'s copy of the state kept for ``rid`` at
+        ``position``, for a check outside the server; None (the default): it writes none."""
         return None

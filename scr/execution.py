@@ -130,10 +130,10 @@ def relocation_plan(rid: str, outcome: Intercept, prompt_len: int) -> Plan:
     the session's side slot (restoring the saved recurrent state with block 1 unless
     ``ssm_mode=none``), read on; resume where the tree's match ends, no later than the leading
     equal run (``resume_limit``, §7.2 step 6). Any other outcome reads the whole prompt from the
-    tree hit on. ``detail`` carries the outcome for ``scr.steps``."""
+    tree hit on. The plan carries the outcome to ``scr.steps`` (``Plan.admission``)."""
     if outcome.kind != "plan" or not outcome.blocks:
         steps = (Read(0, prompt_len),) if prompt_len else ()
-        return Plan(rid, 0, steps, resume_limit=prompt_len, detail=outcome)
+        return Plan(rid, 0, steps, resume_limit=prompt_len, admission=outcome)
     steps: list = []
     cursor, slot = 0, outcome.side_slot
     for number, block in enumerate(outcome.blocks):
@@ -144,7 +144,7 @@ def relocation_plan(rid: str, outcome: Intercept, prompt_len: int) -> Plan:
             steps.append(Restore(block.new_start + block.num_rows, slot))
         cursor = block.new_start + block.num_rows
     steps.append(Read(cursor, prompt_len))
-    return Plan(rid, 0, tuple(steps), resume_limit=outcome.resume_limit, detail=outcome)
+    return Plan(rid, 0, tuple(steps), resume_limit=outcome.resume_limit, admission=outcome)
 
 
 def relocation_refusal(rows: int, slot: int | None, full_len: int, prefix_len: int, arm_restore: bool,

@@ -19,18 +19,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from policy.api import Admission
 from scr.knobs import RequestKnobs
 from scr.diff import diff_opcodes, edit_counts, is_passthrough
 from scr.planner import Block, plan_blocks
-from scr.sessions import Admission, SessionTable
+from scr.sessions import SessionAdmission, SessionTable
 from scr.settings import ScrConfig
 
 
 @dataclass(frozen=True)
-class Intercept:
-    kind: str
+class Intercept(Admission):
+    """SCR's admission of one request (``policy.api.Admission``: ``kind`` is one of the table
+    above), carried by its plan to the step carrier (``scr.steps``)."""
+
     config: ScrConfig  # the request's config (server settings + its knobs)
-    admission: Admission | None = None
+    admission: SessionAdmission | None = None
     kept: int = 0
     deleted: int = 0
     inserted: int = 0

@@ -9,9 +9,10 @@ stay in the lines they print; our code says "relocate".
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from functools import partial
 from typing import Callable, Mapping
 
+from policy.carrier import SideStores
 from policy.executor_lines import ExecutorLines, worded
 from scr import authors_log as log_lines
 from scr.cursor import NextBlock, Relocation
@@ -93,37 +94,25 @@ def memory_off(memory: ScrMemory) -> str:
             f"they would take {memory.total_bytes / GIB:.2f} GiB)")
 
 
-@dataclass(frozen=True)
-class StoresDecision:
-    """What the engine does about SCR's stores at start-up (``ScrPolicy.stores``): allocate
-    ``memory`` (or nothing, ``allocate`` false), refuse to start with ``problem``, and log ``line``
-    (``warn``: at WARNING)."""
-
-    memory: ScrMemory
-    allocate: bool
-    problem: str | None
-    line: str
-    warn: bool = False
-
-
 def stores_decision(config: ScrConfig, kv_bytes_per_token: int, state_bytes_per_slot: int,
                     measure: Callable[[], tuple[int, int] | None], where: str, *, on_gpu: bool,
                     chunked_prefill_size: int | None, tp_size: int, pp_size: int,
-                    mem_fraction_static: float | None) -> StoresDecision:
+                    mem_fraction_static: float | None) -> SideStores:
     """§5.4: size the side buffer and state shadow from the engine's row sizes, and check them
     against ``measure()`` (free, total bytes where they would go; None: unknown; not asked while SCR
     is switched off) with SGLang's activation margin."""
     memory = ScrMemory(config.side_sessions, config.side_tokens, kv_bytes_per_token, state_bytes_per_slot)
+    stores = partial(SideStores, memory.slots, memory.tokens, memory.state_bytes_per_slot > 0)
     if not config.enabled:
-        return StoresDecision(memory, False, None, memory_off(memory))
+        return stores(False, None, memory_off(memory))
     found = measure()
     if found is None:
-        return StoresDecision(memory, True, None, memory_unknown(memory, where), warn=True)
+        return stores(True, None, memory_unknown(memory, where), warn=True)
     free, total = found
     margin = activation_margin_bytes(chunked_prefill_size, tp_size, pp_size, on_gpu=on_gpu)
     problem = memory_problem(memory, free, margin, where, mem_fraction_static=mem_fraction_static,
                              device_total=total)
-    return StoresDecision(memory, problem is None, problem, memory_fits(memory, free, margin, where))
+    return stores(problem is None, problem, memory_fits(memory, free, margin, where))
 
 
 def multiblock_plan(rid: str, outcome: Intercept, live: int) -> str:

@@ -3,7 +3,8 @@
 SCR plans when a request enters the queue (``plans_at = "enqueue"``): ``plan`` admits it to its
 conversation, diffs the previous prompt against the new one and answers with ``Read``,
 ``Relocate`` and ``Restore`` steps (``scr.execution.relocation_plan``), resuming wherever SGLang's
-prefix match ends. The one executor carries the steps out with this policy's step carrier
+prefix match ends. It is a ``policy.carrier.StepPolicy``: it sizes its side buffer and state shadow
+(``side_stores``), and the one executor carries the steps out with its step carrier
 (``step_carrier``: ``scr.steps.ScrSteps``, the two-phase relocation driven by
 ``scr.cursor.RelocationCursor`` with the rules of ``scr.execution``). The carrier reads and
 changes the session table only through the methods below (never ``policy.sessions`` directly),
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping, Sequence
 
 from policy.api import Arrival, Plan, PolicyDefaults, Release
+from policy.carrier import EnginePort, SideStores, StepCarrier, StoreCosts
 from policy.formats import quantized_kv_problem
 from scr.execution import relocation_plan
 from scr.intercept import Intercept, intercept
@@ -57,21 +59,24 @@ class ScrPolicy(PolicyDefaults):
     # ------------------------------------------------------------------ the seam
 
     def plan(self, arrival: Arrival) -> Plan:
-        """At enqueue: ``admit`` the request, then its relocation plan (``detail``: the outcome).
+        """At enqueue: ``admit`` the request, then its relocation plan (``admission``: the outcome).
         Raises ``scr.kvreuse_env.UnsupportedKnob`` (a ``policy.api.RequestRefused``) for a knob
         this port does not serve."""
         outcome = self.admit(arrival.tokens, arrival.cache_key, arrival.rid, arrival.session_id)
         return relocation_plan(arrival.rid, outcome, len(arrival.tokens))
 
-    def stores(self, kv_bytes_per_token: int, state_bytes_per_slot: int, measure, where: str, **server):
-        """``scr.lines.StoresDecision``: SCR's side buffer and state shadow for an engine whose rows
-        take these bytes (``state_bytes_per_slot`` 0: no shadow), ``measure()`` the free memory there."""
+    def side_stores(self, costs: StoreCosts) -> SideStores:
+        """SCR's side buffer and state shadow (§5.4, ``scr.lines.stores_decision``) for an engine
+        whose rows cost ``costs`` (a shadow only with ``ssm`` on a model with recurrent states)."""
         from scr.lines import stores_decision
 
-        shadow = state_bytes_per_slot if self.config.ssm else 0
-        return stores_decision(self.config, kv_bytes_per_token, shadow, measure, where, **server)
+        shadow = costs.state_bytes_per_slot if self.config.ssm else 0
+        return stores_decision(self.config, costs.kv_bytes_per_token, shadow, costs.free_memory, costs.where,
+                               on_gpu=costs.on_gpu, chunked_prefill_size=costs.chunked_prefill_size,
+                               tp_size=costs.tp_size, pp_size=costs.pp_size,
+                               mem_fraction_static=costs.mem_fraction_static)
 
-    def step_carrier(self, engine, logger, leader: bool):
+    def step_carrier(self, engine: EnginePort, logger, leader: bool) -> StepCarrier:
         """``scr.steps.ScrSteps`` over the hook set's engine port."""
         from scr.steps import ScrSteps
 

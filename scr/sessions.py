@@ -68,7 +68,7 @@ class Dropped:
 
 
 @dataclass(frozen=True, slots=True)
-class Admission:
+class SessionAdmission:
     """What ``admit`` did for one request (§4.2 steps 4-7)."""
 
     session: Session
@@ -213,7 +213,7 @@ class SessionTable:
                 return MatchReport(session, "identity", candidates=1)
         return MatchReport(None, "no_candidate")
 
-    def admit(self, tokens: Sequence[int], namespace: str | None, identity: str | None = None) -> Admission:
+    def admit(self, tokens: Sequence[int], namespace: str | None, identity: str | None = None) -> SessionAdmission:
         """Attach a new request to its session (§4.2 steps 4-7); mutates the table.
 
         Finds the session (or creates one), makes it the newest, stores ``tokens`` as its prompt
@@ -236,7 +236,7 @@ class SessionTable:
         session.token_ids = tuple(tokens)
         session.inflight += 1
         evicted = self._evict(keep=session.sid)
-        return Admission(session, created, previous, num_sessions, evicted, report)
+        return SessionAdmission(session, created, previous, num_sessions, evicted, report)
 
     def _evict(self, keep: str) -> tuple[Dropped, ...]:
         """Drop the oldest idle sessions while over ``max_sessions`` (§4.4).

@@ -5,10 +5,12 @@ The one executor (``patches/executor.py``) owns every request's record, containm
 aborts, retraction and the idle check; for a policy whose plan has engine-time steps it asks the
 policy for a carrier (``ScrPolicy.step_carrier``) and calls it at the points below, with the
 request's record (``patches.request_book.TrackedRequest``, SCR's progress in ``record.progress``).
-The carrier decides with the pure rules of ``scr.execution`` and ``scr.cursor`` and has the
-engine port (``Engine``, implemented on SGLang by ``patches/scr_runtime.py``) carry the orders
-out: cut the token array, allocate slots, copy rows and states, attach rows to the prefix. What is
-printed is ``scr.lines``. A step raises on failure; the executor contains it and calls ``undo``.
+It implements ``policy.carrier.StepCarrier``: the executor calls nothing else of it. The carrier
+decides with the pure rules of ``scr.execution`` and ``scr.cursor`` and has the engine port
+(``policy.carrier.EnginePort``, implemented on SGLang by ``patches/scr_runtime.py``) carry the
+orders out: cut the token array, allocate slots, copy rows and states, attach rows to the prefix.
+What is printed is ``scr.lines``. A step raises on failure; the executor contains it and calls
+``undo``.
 Under tensor parallelism each tensor step ends with an exchange between the ranks
 (``on_every_rank``, ``policy.ranks``), so a step that fails on one rank fails on all of them.
 """
@@ -17,44 +19,15 @@ Under tensor parallelism each tensor step ends with an exchange between the rank
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Sequence
 
 from policy import ranks
-from policy.api import RequestFacts
+from policy.carrier import EnginePort, RequestFacts, Restored
 from scr import lines
 from scr.cursor import Relocation, phase1_step
 from scr.execution import (Counters, RelocationProgress, chunk_admission, evict_amount, evict_floor, new_cursor,
                            plan_gate, relocation_refusal, snapshot_at_prefill_end, state_at_release)
 from policy import faults
-
-
-class Engine(Protocol):
-    """What the carrier needs from the serving engine (``req``: the engine's request object)."""
-
-    has_state_pool: bool  # the model has recurrent layers (a state pool)
-    has_shadow: bool  # SCR keeps a state shadow (``ssm`` on, on a hybrid model)
-    pool_size: int  # KV slots in the engine's pool
-
-    def facts(self, req) -> RequestFacts: ...
-    def committed(self, req) -> tuple[int, Sequence[int], Any] | None: ...  # (kv_len, tokens, pool row); None: no rows
-    def advance_prefix(self, req) -> None: ...  # the prefix covers what the last chunk read
-    def cut(self, req, end: int) -> None: ...  # this round reads up to ``end``
-    def uncut(self, req) -> None: ...  # the token array gets its full length back
-    def attach(self, req, slots, rows: int, outside_tree: bool) -> None: ...
-    def detach(self, req, prefix_len: int, rows: int) -> None: ...  # undo ``attach``
-    def include_in_tree(self, req) -> None: ...  # the engine may cache the request again
-    def alloc(self, rows: int) -> Any: ...  # fresh KV slots, or None
-    def free(self, slots) -> None: ...
-    def available(self) -> int: ...
-    def evictable(self) -> int: ...
-    def evict(self, tokens: int) -> None: ...
-    def place(self, side_slot: int, old_start: int, new_start: int, slots, rerotate: bool) -> None: ...
-    def restore_state(self, req, side_slot: int, sid: str) -> Any: ...  # returns what undo_restore needs
-    def undo_restore(self, req, kept) -> None: ...  # the state and staged copy restore_state found
-    def save_state(self, req, side_slot: int) -> int: ...  # returns the state slot copied
-    def store_rows(self, side_slot: int, pool_row, kv_len: int, keep: int, end: int) -> None: ...
-    def decode(self, tokens: Sequence[int]) -> str: ...
-    def exchange(self, row: tuple[int, int]) -> list[tuple[int, int]]: ...  # every TP rank's row, by rank
 
 
 class ScrSteps:
@@ -63,15 +36,16 @@ class ScrSteps:
 
     lines = lines.EXECUTOR_LINES  # the executor logs its lines for SCR in the authors' words
 
-    def __init__(self, policy, engine: Engine, logger, leader: bool):
+    def __init__(self, policy, engine: EnginePort, logger, leader: bool):
         self.policy, self.config, self.engine = policy, policy.config, engine
         self.logger, self.leader = logger, leader
         self.counters = Counters()
-
-    def start(self, sglang_version: str, pid: int, environ: Mapping[str, str], **facts) -> None:
-        """The start-up lines, in the authors' order (``scr.lines.startup_lines``; ``facts``: the
-        engine's stores and pools)."""
-        for line in lines.startup_lines(self.config, sglang_version, pid, environ, **facts):
+        about = self.about = engine.about
+        # The start-up lines, in the authors' order, once the engine's stores and pools exist.
+        for line in lines.startup_lines(
+                self.config, about.version, about.pid, about.environ, bytes_per_token=about.side_bytes_per_token,
+                shadow_gib=about.shadow_bytes / 2**30 if about.shadow else None, layers=list(about.layers),
+                rotary=about.rotary, pool_slots=about.pool_slots):
             self.say(line)
 
     def say(self, line: str, debug: bool = False) -> None:
@@ -99,7 +73,7 @@ class ScrSteps:
         if progress.direct is not None:
             self.undo_direct(req, record, replan=False)
         if progress.cut and not self.engine.facts(req).finished:
-            self.engine.uncut(req)
+            self.engine.cut(req, None)
         progress.cut = False
 
     def on_every_rank(self, step: str, rid: str, fn, *args, undo=None):
@@ -131,7 +105,7 @@ class ScrSteps:
     def armed(self, req, record) -> None:
         """H7: the plan ``ScrPolicy.plan`` made at enqueue is on the record; set up its progress."""
         plan = record.plan
-        outcome = plan.detail
+        outcome = plan.admission
         rid, tokens = plan.rid, record.tokens
         progress = record.progress = RelocationProgress(outcome.sid, outcome)
         if outcome.admission is None:
@@ -145,7 +119,7 @@ class ScrSteps:
                                        inserted=outcome.inserted), debug=True)
         if not plan.relocations():
             return
-        progress.gate = plan_gate(outcome, self.engine.has_state_pool, self.engine.has_shadow)
+        progress.gate = plan_gate(outcome, self.about.state_pool, self.about.shadow)
         progress.cursor = new_cursor(progress, plan)
         if len(outcome.blocks) > 1:
             self.say(lines.multiblock_plan(rid, outcome, len(tokens)), debug=True)
@@ -158,15 +132,14 @@ class ScrSteps:
         if record.progress.outside_tree and chunked_path:
             self.engine.advance_prefix(req)
 
-    def running(self, record) -> bool:
-        """The plan of ``record`` still has steps to carry out."""
-        return record.progress is not None and record.progress.cursor is not None
-
     def after_round(self, req, record, waiting_queue: bool, chunk_busy: bool) -> None:
-        """H10, after the engine's match (``waiting_queue``) or its chunk stash: move the plan on.
-        ``chunk_busy``: another request is the engine's chunked request."""
-        faults.check("scr.round", record.plan.rid)
+        """H10, after the engine's match (``waiting_queue``) or its chunk stash: move the plan on,
+        while it has steps to carry out. ``chunk_busy``: another request is the engine's chunked
+        request."""
         progress = record.progress
+        if progress is None or progress.cursor is None:
+            return
+        faults.check("scr.round", record.plan.rid)
         facts = self.engine.facts(req)
         prefix = facts.prefix_len
         if not progress.phase1:
@@ -202,8 +175,7 @@ class ScrSteps:
         else:
             progress.phase1, progress.tree_hit = True, tree_hit
             self._cut(req, progress, cursor.stop)
-            self.say(lines.phase1(rid, progress, len(facts.prompt), self.engine.has_state_pool,
-                                  self.engine.has_shadow))
+            self.say(lines.phase1(rid, progress, len(facts.prompt), self.about.state_pool, self.about.shadow))
 
     def _cut(self, req, progress: RelocationProgress, end: int) -> None:
         """The request ends at ``end`` this round (the engine rebuilds the full array at the next)."""
@@ -214,7 +186,7 @@ class ScrSteps:
         """Stop the plan; a token array cut at a stop gets its full length back."""
         progress.stop_plan()
         if progress.cut:
-            self.engine.uncut(req)
+            self.engine.cut(req, None)
         progress.cut = False
 
     def give_up(self, req, record, reason: str, restore_lengths: bool = False) -> None:
@@ -223,7 +195,7 @@ class ScrSteps:
         the stop). A cut array keeps its cut for this round unless ``restore_lengths``."""
         progress = record.progress
         if restore_lengths:
-            self.engine.uncut(req)
+            self.engine.cut(req, None)
             progress.cut = False
         progress.stop_plan()
         self.counters.aborts += 1
@@ -241,7 +213,7 @@ class ScrSteps:
         block, prefix, slot = relocation.block, facts.prefix_len, progress.outcome.side_slot
         n, full_len = block.num_rows, facts.full_len
         reason = relocation_refusal(n, slot, full_len, prefix, relocation.arm_restore,
-                                    self.engine.has_shadow and facts.has_state_slot)
+                                    self.about.shadow and facts.has_state_slot)
         if reason is None and not self._guard(rid, progress, block.old_start, facts.prompt[prefix:prefix + n]):
             reason = "side slot guard"
         slots = self._alloc(n) if reason is None else None
@@ -255,7 +227,7 @@ class ScrSteps:
             self.on_every_rank("place_rows", rid, self._place, rid, progress, slot, block.old_start, prefix, slots,
                                relocation.arm_restore)
             if relocation.arm_restore:
-                self.on_every_rank("restore_copy", rid, self.engine.restore_state, req, slot, progress.sid,
+                self.on_every_rank("restore_copy", rid, self._restore, req, rid, slot, progress.sid,
                                    undo=partial(self.engine.undo_restore, req))
         except Exception as exc:
             self.logger.error(lines.RELOCATION_FAILED, exc, n)
@@ -272,6 +244,16 @@ class ScrSteps:
         if restore:
             faults.check("scr.restore_state", rid)
 
+    def _restore(self, req, rid: str, slot: int, sid: str) -> Restored:
+        """§9.4 (fork): the session's saved state over the request's own; traced with checksums
+        (which read the state back, a device sync on GPU: only when traced)."""
+        restored = self.engine.restore_state(req, slot, checksums=self.config.trace)
+        if restored.checksums is not None:
+            before, shadow, after = restored.checksums
+            self.trace("ssm_restore", rid=rid, slot=slot, midx=restored.state_slot, sid=sid, before=round(before, 3),
+                       shadow=round(shadow, 3), after=round(after, 3))
+        return restored
+
     def _guard(self, rid: str, progress: RelocationProgress, old_start: int, new_ids: Sequence[int]) -> bool:
         n = len(new_ids)
         guard = self.policy.relocation_guard(progress.outcome, old_start, n, new_ids)
@@ -286,14 +268,15 @@ class ScrSteps:
         slots = self.engine.alloc(n)
         if slots is not None or not self.config.evict_on_alloc_fail:
             return slots
-        avail, evictable = self.engine.available(), self.engine.evictable()
-        floor = evict_floor(self.engine.pool_size, self.config.evict_floor_frac)
+        room = self.engine.room()
+        avail, evictable = room.free, room.evictable
+        floor = evict_floor(room.size, self.config.evict_floor_frac)
         wanted = evict_amount(n, avail, evictable, floor, self.config.evict_margin)
         if wanted is None:
             self.say(lines.format_line("evict_declined", avail=avail, evictable=evictable, need=n, floor=floor))
             return None
         self.engine.evict(wanted)
-        evicted = self.engine.available() - avail
+        evicted = self.engine.room().free - avail
         slots = self.engine.alloc(n)
         counts = self.counters
         counts.evict_retries += 1
@@ -371,8 +354,9 @@ class ScrSteps:
             return False
         return in_phase1
 
-    def after_admission(self, req, record, admitted: bool, in_phase1: bool, chunk_free: bool) -> bool:
-        """After the engine's admission pass over ``req`` (``in_phase1``: ``before_admission``'s answer;
+    def after_admission(self, req, record, admitted: bool, needs_chunk: bool, chunk_free: bool) -> bool:
+        """After the engine's admission pass over ``req`` (``needs_chunk``: ``before_admission``'s
+        answer, True in phase 1;
         ``chunk_free``: the round has no other chunked request). A relocation made on the waiting
         queue stays (its lines are logged now) or, for a request not admitted, is undone. True = make
         the admitted phase-1 request the round's chunked request; else its plan is aborted (§7.3)."""
@@ -385,7 +369,7 @@ class ScrSteps:
             for line in progress.held_lines or ():
                 self.say(line)
             progress.held_lines = None
-        if not (in_phase1 and admitted and progress.cursor is not None):
+        if not (needs_chunk and admitted and progress.cursor is not None):
             return False
         reason = chunk_admission(self.engine.facts(req).extend_end, progress.cursor.stop, chunk_free)
         if reason is not None:
@@ -401,7 +385,7 @@ class ScrSteps:
     def after_prefill(self, req, record) -> None:
         """H4: the state snapshot at prefill end (§9.2)."""
         facts = self.engine.facts(req)
-        if snapshot_at_prefill_end(self.config, self.engine.has_shadow, record.progress, facts.finished,
+        if snapshot_at_prefill_end(self.config, self.about.shadow, record.progress, facts.finished,
                                    facts.has_state_slot):
             self._save_state(req, record, facts.extend_end)
 
@@ -429,14 +413,13 @@ class ScrSteps:
         self.engine.include_in_tree(req)
         return "retracted: read again without relocation" if running or record.moved else None
 
-    def has_store(self, record) -> bool:
-        """The request belongs to a session: its turn is stored at release."""
-        return record.progress is not None and record.progress.sid is not None
-
     def store(self, req, record) -> None:
-        """H2, §5.2: copy the rows that changed into the session's side slot (or drop the session).
-        A failure while copying drops the session's private data (its slot may be half written)."""
+        """H2, §5.2: a request of a session copies the rows that changed into the session's side
+        slot (or drops the session). A failure while copying drops the session's private data (its
+        slot may be half written)."""
         progress, rid = record.progress, record.plan.rid
+        if progress is None or progress.sid is None:
+            return
         committed = self.engine.committed(req)
         if committed is None:
             return self.policy.count_out(progress.sid)
@@ -456,7 +439,7 @@ class ScrSteps:
         if store.dropped is not None:
             self.say(lines.store_skipped(progress.sid, store.reason), debug=True)
             self._trace_dropped(store.dropped)
-        action = state_at_release(progress.outcome.config, self.engine.has_shadow, store.slot is not None,
+        action = state_at_release(progress.outcome.config, self.about.shadow, store.slot is not None,
                                   self.engine.facts(req).has_state_slot, progress.state_saved)
         if action == "save":
             self._save_state(req, record, kv_len)
@@ -465,17 +448,11 @@ class ScrSteps:
             self.say(lines.format_line("ssm_dropped", rid=rid, sid=progress.sid))
 
     def forget(self, record) -> None:
-        """A request popped from the waiting queue by an abort never reaches release: give back a
-        relocation made on the waiting queue, count it out of its session (nothing stored: it read
-        nothing)."""
+        """A request that never reaches release (popped from the waiting queue by an abort, or gone
+        from the idle scheduler): give back a relocation made on the waiting queue, count it out of
+        its session, which may be gone already (nothing stored: it read nothing)."""
         progress = record.progress
         if progress is not None and progress.direct is not None:
             self.engine.free(progress.direct[0])
         if progress is not None and progress.sid is not None:
-            self.policy.count_out(progress.sid, True)
-
-    def stale(self, record) -> None:
-        """The idle scheduler no longer has the request (aborted before admission): count it out of
-        its session, which may be gone already."""
-        if record.progress is not None and record.progress.sid is not None:
-            self.policy.count_out(record.progress.sid, if_present=True)
+            self.policy.count_out(progress.sid, if_present=True)

@@ -10,19 +10,17 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from patches.executor import PolicyExecutor
+from policy.carrier import CarrierDefaults
 from policy.radix import RadixConfig, RadixPolicy
 from tests.unit.test_executor import FakeReq
 
 
-class Carrier:
+class Carrier(CarrierDefaults):
     def __init__(self):
         self.calls: list[tuple] = []
 
     def before_round(self, req, record, chunked_path):
         self.calls.append(("before_round", req.rid, chunked_path))
-
-    def running(self, record) -> bool:
-        return record.progress is not None
 
     def after_round(self, req, record, waiting_queue, chunk_busy):
         self.calls.append(("after_round", req.rid, waiting_queue, chunk_busy))

@@ -13,22 +13,20 @@ import json
 import pytest
 
 from patches.executor import PolicyExecutor
+from policy.carrier import CarrierDefaults
 from policy.radix import RadixConfig, RadixPolicy
 from serving.event_writer import EventWriter
 from tests.unit.test_executor import FakeReq, FinishLength
 
 
-class Carrier:
-    """The step-carrier calls the executor makes on a retraction and a release, nothing else."""
+class Carrier(CarrierDefaults):
+    """The step-carrier call the executor makes on a retraction; the rest do nothing."""
 
     def __init__(self, retraction_reason: str | None):
         self.retraction_reason = retraction_reason
 
     def retracted(self, req, record) -> str | None:
         return self.retraction_reason
-
-    def has_store(self, record) -> bool:
-        return False
 
 
 def event_after(tmp_path, earlier: str | None, retraction_reason: str | None, retractions: int = 1) -> dict:

@@ -13,7 +13,7 @@ from patches.request_book import TrackedRequest, accounting, request_event
 from scr.gates import Gate
 from scr.intercept import Intercept
 from scr.planner import Block
-from scr.sessions import Admission, MatchReport, Session
+from scr.sessions import SessionAdmission, MatchReport, Session
 from scr.settings import ScrConfig
 
 BLOCK = Block(old_start=1700, new_start=1500, num_rows=1284, n_c=1300, new_end=2800)
@@ -127,7 +127,7 @@ def test_accounting(prompt, cached, moved, expected):
 
 def plan_outcome(side_slot, state_tokens, **config) -> Intercept:
     session = Session("s000001", None, side_slot=side_slot, state_tokens=state_tokens)
-    admission = Admission(session, False, (), 1, (), MatchReport(session, "matched"))
+    admission = SessionAdmission(session, False, (), 1, (), MatchReport(session, "matched"))
     return Intercept("plan", ScrConfig(**config), admission, kept=2800, blocks=(BLOCK,), resume_limit=1500,
                      side_slot=side_slot)
 
@@ -163,7 +163,7 @@ def test_relocation_plan_reads_relocates_restores_and_reads_the_rest():
     outcome = plan_outcome(0, 1500)
     plan = relocation_plan("r", outcome, 3000)
     assert plan == Plan("r", 0, (Read(0, 1500), Relocate(1500, 1284, 1700, 0), Restore(2784, 0),
-                                 Read(2784, 3000)), resume_limit=1500, detail=outcome)
+                                 Read(2784, 3000)), resume_limit=1500, admission=outcome)
     plan.validate(3000)
 
 

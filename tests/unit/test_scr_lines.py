@@ -11,7 +11,7 @@ from scr.gates import Gate
 from scr.intercept import Intercept
 from scr.memory import GIB, ScrMemory
 from scr.planner import Block
-from scr.sessions import Admission, MatchReport, Session
+from scr.sessions import SessionAdmission, MatchReport, Session
 from scr.settings import ScrConfig
 
 B1 = Block(1700, 1500, 1284, 1300, 2800)
@@ -21,7 +21,7 @@ B2 = Block(3300, 3000, 400, 416, 3416)
 @pytest.fixture
 def state():
     session = Session("s000001", None, side_slot=2, state_tokens=1500)
-    admission = Admission(session, False, tuple(range(10)), 3, (), MatchReport(session, "matched"))
+    admission = SessionAdmission(session, False, tuple(range(10)), 3, (), MatchReport(session, "matched"))
     outcome = Intercept("plan", ScrConfig(), admission, kept=2800, blocks=(B1, B2), resume_limit=1500, side_slot=2)
     request = RelocationProgress("s000001", outcome, gate=Gate(True, restore=True), tree_hit=1024)
     request.cursor = RelocationCursor(outcome.blocks, 1500, 8, True)

@@ -1,5 +1,5 @@
 """``patches/scr_tensors.py`` at start-up: the stores are sized off SGLang's pools (the policy's
-``stores`` decision), checked against
+``side_stores`` decision), checked against
 a faked free-memory figure, refused with the launcher's exit-2 message when short, and not
 allocated at all while SCR is switched off (``docs/scr.md`` §5.4). Small CPU tensors, no server."""
 
@@ -72,22 +72,29 @@ def expected_sizes(config: ScrConfig, hybrid: bool = True) -> ScrMemory:
     return ScrMemory(config.side_sessions, config.side_tokens, kv, state)
 
 
+def sizes(tensors) -> tuple:
+    """What the tensors were told to allocate: (slots, tokens, K/V bytes per row, shadow bytes)."""
+    stores = tensors.stores
+    return stores.slots, stores.tokens, tensors.kv_bytes_per_token, tensors.shadow_bytes
+
+
 @pytest.mark.parametrize("hybrid", [True, False], ids=["hybrid", "dense"])
 def test_sizes_read_off_the_pools_are_what_gets_allocated(hybrid):
     config = ScrConfig(side_sessions=3, side_tokens=10)
     tensors = scr_tensors.ScrTensors(scheduler(hybrid), ScrPolicy(config), measure=plenty)
-    assert tensors.memory == expected_sizes(config, hybrid)
+    expected = expected_sizes(config, hybrid)
+    assert sizes(tensors) == (3, 10, expected.kv_bytes_per_token, expected.shadow_bytes)
     side = sum(t.numel() * t.element_size() for pair in tensors.side.kv for t in pair)
-    assert side == tensors.memory.side_bytes and tensors.side.bytes_per_token == tensors.memory.kv_bytes_per_token
+    assert side == expected.side_bytes and tensors.side.bytes_per_token == expected.kv_bytes_per_token
     if hybrid:
-        assert sum(t.numel() * t.element_size() for t in tensors.shadow.parts) == tensors.memory.shadow_bytes
+        assert sum(t.numel() * t.element_size() for t in tensors.shadow.parts) == expected.shadow_bytes > 0
     else:
         assert tensors.shadow is None
 
 
 def test_ssm_off_sizes_and_allocates_no_shadow():
     tensors = scr_tensors.ScrTensors(scheduler(), ScrPolicy(ScrConfig(ssm=False, side_sessions=2, side_tokens=5)), measure=plenty)
-    assert tensors.shadow is None and tensors.memory.shadow_bytes == 0
+    assert tensors.shadow is None and tensors.shadow_bytes == 0 and not tensors.stores.states
 
 
 def test_switched_off_allocates_and_measures_nothing(monkeypatch, caplog):
@@ -98,8 +105,9 @@ def test_switched_off_allocates_and_measures_nothing(monkeypatch, caplog):
     monkeypatch.setattr(scr_tensors, "StateShadow", no_alloc)
     with caplog.at_level(logging.INFO, logger=scr_tensors.__name__):
         tensors = scr_tensors.ScrTensors(scheduler(), ScrPolicy(ScrConfig(enabled=False)), measure=never)
-    assert tensors.side is None and tensors.shadow is None
-    assert tensors.memory == expected_sizes(ScrConfig())  # still known, for the line
+    assert tensors.side is None and tensors.shadow is None and not tensors.stores.allocate
+    expected = expected_sizes(ScrConfig())  # still known, for the line
+    assert sizes(tensors) == (expected.slots, expected.tokens, expected.kv_bytes_per_token, expected.shadow_bytes)
     assert "scr: switched off (enabled=False): no side buffer or state shadow allocated" in caplog.text
 
 
@@ -138,8 +146,8 @@ def test_gpu_margin_follows_the_chunk_size_and_ranks(monkeypatch):
     seen = []
     monkeypatch.setattr(scr_lines, "memory_problem", lambda memory, free, margin, where, **kw: seen.append(margin))
     args = NS(chunked_prefill_size=8192, tp_size=2, pp_size=1, mem_fraction_static=0.8)
-    scr_tensors.decide_stores(ScrPolicy(ScrConfig(side_sessions=1, side_tokens=1)), [], None, torch.device("cuda", 0),
-                              args, measure=plenty)
+    costs = scr_tensors.store_costs([], None, torch.device("cuda", 0), args, measure=plenty)
+    scr_tensors.decide_stores(ScrPolicy(ScrConfig(side_sessions=1, side_tokens=1)), costs)
     assert seen == [int((512 + 8192 * 1.5 + 2 * 128) * MIB)]
 
 

@@ -54,7 +54,7 @@ def test_extra_buffer_refusal_says_why_and_what_to_use():
 def test_a_cold_request_is_planned_at_enqueue_as_a_read_from_wherever_the_tree_match_ends():
     policy = ScrPolicy(ScrConfig())
     plan = policy.plan(Arrival(rid="r", tokens=tuple(range(10)), cache_key=None, tree_hit=0))
-    assert policy.plans_at == "enqueue" and plan.detail.kind == "cold"
+    assert policy.plans_at == "enqueue" and plan.admission.kind == "cold"
     assert (plan.steps, plan.resume_limit) == ((Read(0, 10),), 10)
 
 
@@ -62,13 +62,13 @@ def test_the_plan_after_a_stored_turn_relocates_the_block_the_admission_found():
     policy = ScrPolicy(ScrConfig())
     old = list(range(3000))
     first = policy.plan(Arrival(rid="a.1", tokens=tuple(old), cache_key=None, tree_hit=0))
-    policy.sessions.finish(first.detail.sid, old + [7, 7], store=True)
+    policy.sessions.finish(first.admission.sid, old + [7, 7], store=True)
     new = old[:1500] + old[1700:] + [9] * 30
     plan = policy.plan(Arrival(rid="a.2", tokens=tuple(new), cache_key=None, tree_hit=0))
     plan.validate(len(new))
     rows = 1300 - 16
-    assert plan.steps == (Read(0, 1500), Relocate(1500, rows, 1700, plan.detail.side_slot),
-                          Restore(1500 + rows, plan.detail.side_slot), Read(1500 + rows, len(new)))
+    assert plan.steps == (Read(0, 1500), Relocate(1500, rows, 1700, plan.admission.side_slot),
+                          Restore(1500 + rows, plan.admission.side_slot), Read(1500 + rows, len(new)))
     assert plan.resume_limit == 1500
 
 

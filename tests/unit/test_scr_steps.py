@@ -15,7 +15,7 @@ from types import SimpleNamespace as NS
 
 from patches.executor import PolicyExecutor
 from policy import ranks
-from policy.api import RequestFacts
+from policy.carrier import EngineFacts, RequestFacts, Restored, Room
 from scr.lines import EXECUTOR_LINES
 from scr.policy import ScrPolicy
 from scr.settings import ScrConfig
@@ -57,10 +57,11 @@ class Req:
 
 
 class Engine:
-    """The runner's port over ``Req``: slots are ``("slots", n)`` pairs; ``calls`` records orders."""
+    """The runner's port over ``Req`` (``policy.carrier.EnginePort``): slots are ``("slots", n)``
+    pairs; ``calls`` records orders."""
 
-    has_state_pool = has_shadow = True
-    pool_size = 100_000
+    about = EngineFacts(version="test", pid=1, environ={}, pool_slots=100_000, layers=(3, 7), rotary=True,
+                        state_pool=True, side_bytes_per_token=512, shadow_bytes=2**30)
 
     def __init__(self):
         self.free_slots, self.evictable_slots = 50_000, 0
@@ -84,10 +85,10 @@ class Engine:
         self.calls.append(("advance_prefix", req.rid))
 
     def cut(self, req, end):
-        req.cut_at = req.extend_end = end
-
-    def uncut(self, req):
-        req.cut_at, req.extend_end = None, len(req.prompt) + len(req.output)
+        if end is None:
+            req.cut_at, req.extend_end = None, len(req.prompt) + len(req.output)
+        else:
+            req.cut_at = req.extend_end = end
 
     def attach(self, req, slots, rows, outside_tree):
         req.prefix, req.cached, req.in_tree = req.prefix + rows, req.cached + rows, not outside_tree
@@ -107,11 +108,8 @@ class Engine:
     def free(self, slots):
         self.free_slots += slots[1]
 
-    def available(self):
-        return self.free_slots
-
-    def evictable(self):
-        return self.evictable_slots
+    def room(self):
+        return Room(self.about.pool_slots, self.free_slots, self.evictable_slots)
 
     def evict(self, n):
         n = min(n, self.evictable_slots)
@@ -124,12 +122,12 @@ class Engine:
             raise RuntimeError("copy failed")
         self.calls.append(("place", side_slot, old_start, new_start, slots[1], rerotate))
 
-    def restore_state(self, req, side_slot, sid):
-        self.calls.append(("restore_state", side_slot, sid))
-        return ("kept", req.rid)
+    def restore_state(self, req, side_slot, checksums):
+        self.calls.append(("restore_state", side_slot))
+        return Restored(0, (1.0, 2.0, 2.0) if checksums else None, ("kept", req.rid))
 
-    def undo_restore(self, req, kept):
-        self.calls.append(("undo_restore", kept))
+    def undo_restore(self, req, restored):
+        self.calls.append(("undo_restore", restored.kept))
 
     def save_state(self, req, side_slot):
         self.calls.append(("save_state", side_slot))
@@ -186,6 +184,8 @@ class Run:
         self.policy = ScrPolicy(ScrConfig(**config))
         self.engine, self.logger = Engine(), Log()
         self.steps = self.policy.step_carrier(self.engine, self.logger, leader)
+        self.startup = [line for _, line in self.logger.lines]  # printed when the carrier is built
+        self.logger.lines.clear()
         self.scheduler = NS(chunked_req=None, waiting_queue=[], is_fully_idle=lambda: True)
         self.executor = PolicyExecutor(self.policy, self.engine, steps=self.steps, log=self.logger,
                                        scheduler=self.scheduler)
@@ -283,7 +283,7 @@ def test_a_block_is_read_to_its_stop_then_relocated(in_tree):
     assert run.admission(req) is True
     req.prefix = 1500  # phase 1 read [1024, 1500)
     run.after_round(req, waiting_queue=False)
-    assert run.engine.calls == [("place", 0, 1700, 1500, ROWS, True), ("restore_state", 0, "s000001")]
+    assert run.engine.calls == [("place", 0, 1700, 1500, ROWS, True), ("restore_state", 0)]
     assert (req.prefix, req.cut_at, req.in_tree) == (1500 + ROWS, None, in_tree)  # the rest is read
     assert run.logger.has("splice OK")
     req.cached += ROWS  # SGLang counts the attached rows again in prepare_for_extend
@@ -403,7 +403,7 @@ def test_a_relocation_step_failing_on_the_other_rank_ends_in_the_same_plain_read
     assert record.fallback == f"round: PeerFailed: {step} failed on TP rank(s) 1"
     restore = [call for call in run.engine.calls if call[0] in ("restore_state", "undo_restore")]
     # A restore runs only after every rank placed its rows, and is undone when a peer's failed.
-    assert restore == ([("restore_state", 0, "s000001"), ("undo_restore", ("kept", "a.2"))]
+    assert restore == ([("restore_state", 0), ("undo_restore", ("kept", "a.2"))]
                        if step == "restore_copy" else [])
 
 
@@ -491,6 +491,27 @@ def test_a_request_left_waiting_gives_back_the_rows_it_relocated_on_the_waiting_
     free = run.engine.free_slots
     run.not_admitted(req)
     assert state.direct is None and run.engine.free_slots == free + ROWS and req.prefix == 1500
+
+
+def test_the_carrier_prints_the_start_up_lines_from_the_engines_facts_on_the_leader_only():
+    run = runner()
+    assert run.startup[2:] == ["[kvreuse] side buffer: 12 slots x 30000 tokens (0.17 GiB, 0.5 KiB/token)",
+                               "[kvreuse] ssm shadow: 12 sessions, 1.00 GiB private (outside the mamba pool)",
+                               "[kvreuse] init: full_attn_layers=2 rotary=True layers=[3, 7] pool_slots=100000 "
+                               "snapshot_budget=360000 evict_floor=20000"]
+    assert run.startup[0].startswith("[scr] Suffix Cache Reuse on | sglang test (built for 0.5.16)")
+    assert Run(leader=False).startup == []
+
+
+def test_a_traced_restore_prints_the_checksums_the_engine_read():
+    run = runner()
+    req = relocation_round(run)
+    run.after_round(req, waiting_queue=False)
+    assert run.logger.has("ev=ssm_restore rid=a.2 slot=0 midx=0 sid=s000001 before=1.0 shadow=2.0 after=2.0")
+    quiet = runner(trace=False)
+    req = relocation_round(quiet)
+    quiet.after_round(req, waiting_queue=False)
+    assert ("restore_state", 0) in quiet.engine.calls and not quiet.logger.has("ev=ssm_restore")
 
 
 @pytest.mark.parametrize("debug", [False, True])

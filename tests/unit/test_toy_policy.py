@@ -1,7 +1,9 @@
-"""docs/ARCHITECTURE.md "How to add a policy", followed once: ``tests/unit/toy_policy.py`` keeps
-states only at message starts. It is registered by name and served by the executor and hook set
-that exist (``plans_at = "tree"``), with no new executor code: these tests drive it through the
-same ``PolicyExecutor`` calls the tree makes for exact."""
+"""docs/ARCHITECTURE.md "How to add a policy", followed twice: ``tests/unit/toy_policy.py`` keeps
+states only at message starts (``plans_at = "tree"``), ``tests/unit/toy_shift_policy.py`` moves rows
+(``plans_at = "enqueue"``). Each is registered by name and served by the executor and hook set that
+exist, with no new executor code: these tests drive the first through the same ``PolicyExecutor``
+calls the tree makes for exact; ``tests/integration/test_toy_shift_policy.py`` drives the second
+through the engine port SCR uses."""
 
 from __future__ import annotations
 
@@ -27,6 +29,15 @@ class Req:
 
     def finished(self):
         return self.finished_reason is not None
+
+
+@pytest.fixture
+def shift():
+    registry.register("shift", "tests.unit.toy_shift_policy:ShiftPolicy")
+    try:
+        yield "shift"
+    finally:
+        registry._IMPLEMENTATIONS.pop("shift", None)
 
 
 @pytest.fixture
@@ -82,3 +93,14 @@ def test_a_later_prompt_resumes_at_the_deepest_message_start_the_tree_holds():
     executor.on_matched(req)  # the tree served the plan's resume: nothing to say
     assert req.to_finish is None
     assert executor.piece_done(req, 13) is None and executor._tracked["t2"].forwards_off_plan == 0
+
+
+def test_the_relocating_toy_is_registered_and_gets_the_enqueue_hook_set(shift, monkeypatch):
+    from tests.unit.toy_shift_policy import ShiftConfig
+
+    assert registry.plans_at(shift) == "enqueue"
+    assert registry.PolicySpec.resolve(shift, ["offset=2"]).build().config == ShiftConfig(offset=2)
+    chosen = []
+    monkeypatch.setattr(hook_sets, "install_enqueue", lambda register, spec, policy: chosen.append(spec.policy))
+    plugin._install_policy_hooks(lambda *args: None, registry.PolicySpec.resolve(shift))
+    assert chosen == [shift]
