@@ -52,9 +52,12 @@ class KVPool:
 
 
 class Alloc:
-    def __init__(self, pool):
-        self.size = POOL
-        self.free_list = list(range(1, POOL + 1))
+    """SGLang's token-to-KV allocator as the engine port uses it: slots 1..size (0 is the padding
+    slot), handed out from the front of a free list. Also the toy relocating policy's allocator."""
+
+    def __init__(self, pool, size: int = POOL):
+        self.size = size
+        self.free_list = list(range(1, size + 1))
         self.pool = pool
 
     def get_kvcache(self):

@@ -19,6 +19,7 @@ import torch
 from patches import hook_sets, scr_tensors
 from policy.events import read_events
 from serving.event_writer import EventWriter
+from tests.integration.scr_fake_engine import Alloc
 from tests.unit.toy_shift_policy import ShiftConfig, ShiftPolicy
 
 NS = types.SimpleNamespace
@@ -60,27 +61,6 @@ class KVPool:
         return self.kv[layer]
 
 
-class Alloc:
-    def __init__(self, pool):
-        self.size, self.pool, self.free_list = POOL, pool, list(range(1, POOL + 1))
-
-    def get_kvcache(self):
-        return self.pool
-
-    def alloc(self, n):
-        if n > len(self.free_list):
-            return None
-        out = torch.tensor(self.free_list[:n], dtype=torch.int64)
-        del self.free_list[:n]
-        return out
-
-    def free(self, slots):
-        self.free_list.extend(int(x) for x in slots.tolist())
-
-    def available_size(self):
-        return len(self.free_list)
-
-
 class Finished:
     def to_json(self):
         return {"type": "length"}
@@ -115,7 +95,7 @@ class Server:
     def __init__(self, tmp_path, monkeypatch, **config):
         monkeypatch.setattr(scr_tensors, "text_rotary", lambda *args, **kwargs: NS(cos_sin_cache=table(CONTEXT)))
         self.pool = KVPool()
-        self.alloc = Alloc(self.pool)
+        self.alloc = Alloc(self.pool, POOL)
         self.req_to_token = torch.zeros((8, CONTEXT), dtype=torch.int32)
         self.scheduler = NS(
             token_to_kv_pool_allocator=self.alloc, req_to_token_pool=NS(req_to_token=self.req_to_token),
