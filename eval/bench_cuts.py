@@ -37,6 +37,7 @@ from collections import Counter
 from pathlib import Path
 
 from eval.accounting.flops import QWEN36_27B, n_body, prefix_reuse_pflops
+from eval.offline import gpu_time
 from eval.traces.format import read_trace, trace_render
 from exact_cache.config import ExactConfig
 from exact_cache.replay import ReplayTree
@@ -49,7 +50,7 @@ STATE_BYTES = 153_944_064  # one Qwen3.6-27B recurrent state at TP1 (docs/exact.
 SCR_SIDE_BYTES = 12 * 30_000 * 64 * 1024  # the authors' side buffer: 12 slots x 30,000 rows x 64 KiB
 OVERHEAD_TOKENS = (150, 250)  # per-forward cost in token-equivalents, fitted (module docstring)
 RADIX_CHUNK = 512
-GPU_CHUNK = 8192  # SGLang's chunked-prefill size on a large GPU: the baseline of the overhead fit
+GPU_CHUNK = gpu_time.GPU_CHUNK  # the baseline of the overhead fit
 KEPT_PIECE = GPU_CHUNK  # cut=kept on a GPU: B = the serving chunk, the one radix reads in (--kept-piece)
 
 
@@ -163,7 +164,7 @@ def measure(trace: Path, min_pieces: list[int], budgets: list[int], kept_piece: 
 def radix_row(calls, questions: int) -> dict:
     """Radix's offline reuse; its forwards as a GPU reads them, SGLang's default 8,192-token chunks."""
     radix = radix_reuse(calls)
-    radix_forwards = sum(-(-(len(c.prompt_ids) - r) // GPU_CHUNK) for c, r in zip(calls, radix))
+    radix_forwards = len(gpu_time.forwards([(r, len(c.prompt_ids)) for c, r in zip(calls, radix)], GPU_CHUNK))
     return summary(calls, radix, None, questions, forwards=radix_forwards)
 
 

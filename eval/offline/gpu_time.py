@@ -52,6 +52,7 @@ PUBLISHED = (ColdRead(30_000, 4096, 9.8), ColdRead(30_000, 832, 11.4), ColdRead(
 # Not fitted, the curve's check: the lab's window probe (4,096-token pieces) and the same text again.
 WINDOW_PROBE = (ColdRead(8_192, 4096, 2.4), ColdRead(60_000, 4096, 22.0), ColdRead(200_000, 4096, 114.0),
                 ColdRead(250_000, 4096, 161.0))
+GPU_CHUNK = 8192  # SGLang's chunked-prefill size on an 80 GB GPU: how radix and scr read on one, and cut=kept's B
 REPEATED_30K = (30_000, 29_120, 0.8)  # context, where the repeated prompt resumed, first token (s)
 DECODE_RATE = (88.5 + 89.7) / 2  # tokens/s
 FIT_TOLERANCE, CHECK_TOLERANCE = 0.01, 0.03  # relative: the fitted points, the window probe

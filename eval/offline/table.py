@@ -18,7 +18,7 @@ from eval.offline import gpu_time
 from eval.offline.scr_arm import RUN
 
 BODY_PARAMS = n_body(QWEN36_27B)
-GPU_CHUNK = 8192  # SGLang's chunked-prefill size on an 80 GB GPU (eval/bench_cuts.py)
+GPU_CHUNK = gpu_time.GPU_CHUNK
 
 
 def arm_row(calls, costs, curve, gpu_chunk: int = GPU_CHUNK, decode_rate: float = gpu_time.DECODE_RATE) -> dict:
