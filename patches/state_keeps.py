@@ -1,0 +1,49 @@
+"""States kept inside a prefill forward without ending it (exact, ``keeps=inside``; docs/exact.md §5.14).
+
+Under ``cut=kept`` a keep point need not end a forward: the GDN layers write the recurrent state
+and the conv window at the keep point into a Mamba-pool slot while the forward runs on, and the
+exact tree inserts the KV before the point with that slot after the forward
+(``patches/exact_tree.py``). What each forward must keep is set here by the scheduler's hook for
+the one forward it runs (``pending``), and read by the GDN layer's wrappers.
+
+A keep is exact when the written state has the bits a forward that ended at the point would
+leave: the conv window is a copy of the layer's input rows before the point; the SSM state is the
+chunk kernel's fp32 state at a chunk boundary (the point is on the 64-token grid from position 0,
+and so is the forward's start), never the bf16 ``h`` SGLang's own tracking reads.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Sequence
+
+
+class StateKeep(NamedTuple):
+    """Write the state after ``offset`` tokens of the forward's sequence ``sequence`` (its index in
+    ``cu_seqlens`` order) into Mamba-pool slot ``slot``. ``offset`` is a positive multiple of 64,
+    strictly inside the sequence's extend (its end is kept by SGLang's own state write)."""
+
+    sequence: int
+    offset: int
+    slot: int
+
+
+_pending: tuple[StateKeep, ...] = ()
+
+
+def pending() -> tuple[StateKeep, ...]:
+    """The keeps of the forward now running (empty: none, the GDN layers run as SGLang's)."""
+    return _pending
+
+
+def set_pending(keeps: Sequence[StateKeep]) -> None:
+    global _pending
+    _pending = tuple(keeps)
+
+
+def clear() -> None:
+    set_pending(())
+
+
+def for_sequence(keeps: Sequence[StateKeep], sequence: int) -> dict[int, int]:
+    """``{offset: slot}`` of the keeps of one sequence."""
+    return {keep.offset: keep.slot for keep in keeps if keep.sequence == sequence}
