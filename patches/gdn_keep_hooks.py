@@ -6,7 +6,7 @@ Two AROUND hooks, both idle unless the running forward has keeps (``state_keeps.
   copied from the layer's input rows (``mixed_qkv``, ``[tokens, dim]``) into the keep's slot of
   the layer's conv pool: the last ``width - 1`` inputs before the point, which is what the conv
   kernel leaves in a sequence's slot when its forward ends there (a copy, in the pool's dtype).
-* ``GdnTritonKernel.extend`` (the prefill kernel call): runs ``keeping``, a
+* ``TritonGDNKernel.extend`` (the prefill kernel call): runs ``keeping``, a
   ``chunk_gated_delta_rule`` that also writes the fp32 state at each keep point into its slot
   (CPU: ``patches.cpu.kernels.chunk_gated_delta_rule_keeping``; CUDA:
   ``patches.gdn_keeps_cuda.chunk_gated_delta_rule_keeping``).
@@ -22,7 +22,7 @@ import torch
 from patches import state_keeps
 
 FORWARD_EXTEND = "sglang.srt.layers.attention.linear.gdn_backend.GDNAttnBackend.forward_extend"
-KERNEL_EXTEND = "sglang.srt.layers.attention.linear.kernels.gdn_triton.GdnTritonKernel.extend"
+KERNEL_EXTEND = "sglang.srt.layers.attention.linear.kernels.gdn_triton.TritonGDNKernel.extend"
 
 
 def keep_conv_windows(mixed_qkv: torch.Tensor, conv_states: torch.Tensor, starts, keeps) -> None:
