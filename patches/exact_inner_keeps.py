@@ -29,7 +29,8 @@ from patches.state_keeps import StateKeep
 
 
 class InnerKeeps:
-    """The keeps armed for the forward now running: rid -> [(position, kind, slot tensor (1,))]."""
+    """The keeps armed for the forward now running: rid -> [(position, kind, slot)], each slot a
+    0-d tensor like ``Req.mamba_pool_idx``."""
 
     def __init__(self, tree):
         self.tree = tree
@@ -62,7 +63,7 @@ class InnerKeeps:
             physical = self.tree.req_to_token_pool.translate_mamba_indices(slots) if points else None
             for j, (position, kind) in enumerate(points):
                 keeps.append(StateKeep(sequence, position - start, int(physical[j])))
-                self.armed.setdefault(req.rid, []).append((position, kind, slots[j:j + 1]))
+                self.armed.setdefault(req.rid, []).append((position, kind, slots[j]))
         state_keeps.set_pending(keeps)
 
     def alloc(self, count: int) -> torch.Tensor | None:
@@ -81,14 +82,14 @@ class InnerKeeps:
                 except Exception as exc:  # noqa: BLE001 - a keep not made is safe; tell the event
                     self.tree.executor.keep_dropped(req, position, f"{type(exc).__name__}: {exc}")
                 finally:
-                    self.tree.req_to_token_pool.mamba_allocator.free(slot)
+                    self.tree.req_to_token_pool.mamba_allocator.free(slot.view(-1))
         self.drop_all()
 
     def drop_all(self) -> None:
         """Free the slots of keeps never committed (the forward failed, or its request is gone)."""
         for entries in self.armed.values():
             for _, _, slot in entries:
-                self.tree.req_to_token_pool.mamba_allocator.free(slot)
+                self.tree.req_to_token_pool.mamba_allocator.free(slot.view(-1))
         self.armed.clear()
 
     def insert(self, req, position: int, kind: str, slot: torch.Tensor) -> None:
