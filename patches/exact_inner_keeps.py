@@ -94,9 +94,14 @@ class InnerKeeps:
 
     def insert(self, req, position: int, kind: str, slot: torch.Tensor) -> None:
         """SGLang's insert of ``[0, position)`` with the state in ``slot``; the request then holds
-        the tree's rows before ``position`` and its own after, up to what this forward read."""
+        the tree's rows before ``position`` and its own after.
+
+        ``req.prefix_indices`` is left as long as before the forward (where it started), with the
+        rows the insert may have swapped for the tree's: SGLang caches a chunked request's forward
+        only while its prefix is shorter than what it read (``Scheduler.get_new_batch_prefill``),
+        and that call is where the forward's end is kept or not."""
         ids = req.get_fill_ids()
-        read = len(ids)
+        start = len(req.prefix_indices)
         keys = self.tree.executor.tree_keys(req, ids[:position]) or ids[:position]
         own_slot = req.mamba_pool_idx
         req.get_fill_ids, req.mamba_pool_idx = (lambda: keys), slot
@@ -105,6 +110,6 @@ class InnerKeeps:
         finally:
             del req.get_fill_ids
             req.mamba_pool_idx = own_slot
-        row = self.tree.req_to_token_pool.req_to_token[req.req_pool_idx, :read]
+        row = self.tree.req_to_token_pool.req_to_token[req.req_pool_idx, :start]
         req.prefix_indices = row.to(dtype=torch.int64, copy=True)
         self.tree.kept(req, position, kind)
