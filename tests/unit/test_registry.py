@@ -57,7 +57,7 @@ def test_exact_lookup(lookup, expected):
 def test_exact_setting_names():
     assert registry.setting_names("exact") == (
         "piece_tokens", "retain_every", "spec_drop", "max_snapshots", "dump_snapshots", "cut", "message_end",
-        "message_end_id", "min_piece", "message_keeps",
+        "message_end_id", "min_piece", "message_keeps", "keeps",
     )
 
 
@@ -354,7 +354,7 @@ def test_spec_resolve_rejects_bad_setting(fake_policy):
         ("radix", {}),
         ("exact", {"piece_tokens": 832, "retain_every": 6656, "spec_drop": 0, "max_snapshots": 0,
                    "dump_snapshots": "", "cut": "grid", "message_end": "<|im_end|>", "message_end_id": -1,
-                   "min_piece": 64, "message_keeps": 0}),
+                   "min_piece": 64, "message_keeps": 0, "keeps": "ends"}),
     ],
 )
 def test_setting_defaults(policy, expected):
