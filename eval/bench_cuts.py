@@ -4,8 +4,11 @@ Exact's reuse is a function of the token sequences alone: ``exact_cache.replay``
 server's reused length for every call (100 % of the 280 calls of the served benchmark, and every
 engine test). So its arms can be measured on a whole trace without a server: the grid rule
 (B = 832, R = 6,656), ``cut=messages`` at several ``min_piece`` and ``cut=kept`` (B = the serving
-chunk, 8,192 by default, the one radix's forwards are counted in; with and without keep points at
-message ends; its forwards by what ended them, ``forward_ends``), each under the default and the
+chunk, 8,192 by default, the one radix's forwards are counted in, chunk ends counted from each
+read's start; with and without keep points at message ends, both ending a forward at every keep
+point, ``keeps=ends``; and ``keeps=inside``, where the engine keeps each state inside a forward
+and forwards end only at chunk ends and the prompt end; the forwards by what ended them,
+``forward_ends``), each under the default and the
 stable (``preserve``) rendering of the same questions, beside radix's offline estimate
 (``eval.traces.synth.radix_prefix_estimate``, 512-token chunks: 71.9 % offline and served on the
 default set). This module studies exact's variants (cut rules, state budgets); the three policies
@@ -62,17 +65,19 @@ def qwen_message_end() -> int:
 
 
 def replay_arm(calls, *, piece: int, retain_every: int, message_end: int | None = None, min_piece: int = 1,
-               max_snapshots: int = 0, kept: bool = False) -> dict:
+               max_snapshots: int = 0, kept: bool = False, inside: bool = False) -> dict:
     """Serve ``calls`` in order through one replay tree per cache namespace; per call the reused
     length, the pieces (forwards) read and the keep points (position -> ``KeepKind``), and the
-    states kept. ``kept``: the ``cut=kept`` rule (``piece`` is then the serving chunk B)."""
+    states kept. ``kept``: the ``cut=kept`` rule (``piece`` is then the serving chunk B); ``inside``:
+    with ``keeps=inside`` (the same states, fewer forwards)."""
     trees: dict = {}
     reused, pieces, keeps = [], [], []
     for call in calls:
         tree = trees.get(call.cache_salt)
         if tree is None:
             tree = trees[call.cache_salt] = ReplayTree(piece, retain_every, message_end=message_end,
-                                                       min_piece=min_piece, max_snapshots=max_snapshots, kept=kept)
+                                                       min_piece=min_piece, max_snapshots=max_snapshots, kept=kept,
+                                                       inside=inside)
         resume, keep = tree.serve(call.prompt_ids)
         reused.append(resume)
         pieces.append(tree.pieces[-1])
@@ -84,17 +89,24 @@ def replay_arm(calls, *, piece: int, retain_every: int, message_end: int | None 
 
 def forward_ends(pieces, keeps, piece: int) -> dict[str, int]:
     """What ended each forward of a ``cut=kept`` run (``replay_arm``'s ``pieces`` and ``keeps``):
-    ``prompt`` (a read's last forward, which every call runs, radix too), ``chunk`` (a multiple of
-    the serving chunk ``piece`` from position 0, where any chunked prefill ends a forward), else the
-    kind of the keep point it ended at (``prompt_end``: the prompt end floored to the 64-token grid,
-    ``message``, ``junction``, ``periodic``): the forwards a keep point adds. A keep point on a
-    chunk multiple counts as ``chunk`` (it adds nothing)."""
+    ``prompt`` (a read's last forward, which every call runs, radix too), ``chunk`` (``start + jB``
+    from the read's start, where any chunked prefill ends a forward), else the kind of the keep
+    point it ended at (``prompt_end``: the prompt end floored to the 64-token grid, ``message``,
+    ``junction``, ``periodic``): the forwards a keep point adds. A keep point on a chunk end counts
+    as ``chunk`` (it adds nothing); under ``keeps=inside`` every forward is ``prompt`` or ``chunk``."""
     counts: Counter[str] = Counter()
     for call_pieces, keep in zip(pieces, keeps):
         counts["prompt"] += 1
+        start = call_pieces[0][0]
         for _, end in call_pieces[:-1]:
-            counts["chunk" if end % piece == 0 else KeepKind(keep[end]).value] += 1
+            counts["chunk" if (end - start) % piece == 0 else KeepKind(keep[end]).value] += 1
     return dict(counts)
+
+
+def kept_inside(pieces, keeps) -> int:
+    """Keep points that fall strictly inside a forward (``a < k < b``): the states the engine must
+    keep mid-forward (none under ``keeps=ends``, where every keep point ends one)."""
+    return sum(1 for call_pieces, keep in zip(pieces, keeps) for a, b in call_pieces for k in keep if a < k < b)
 
 
 def floors(calls) -> tuple[int, int]:
@@ -168,17 +180,25 @@ def radix_row(calls, questions: int) -> dict:
     return summary(calls, radix, None, questions, forwards=radix_forwards)
 
 
+KEPT_VARIANTS = (("", True, False), (", no message keeps", False, False), (" keeps=inside", True, True))
+
+
 def kept_arms(calls, questions: int, end: int | None, piece: int) -> dict[str, dict]:
-    """``cut=kept`` (B = ``piece``, R = 6,656), with keep points at message ends (the server's
-    default, ``message_end`` set) and without (``message_end=""``): each with its forwards by
-    what ended them (``forward_ends``, per question)."""
+    """``cut=kept`` (B = ``piece``, R = 6,656): keep points at message ends (the server's default,
+    ``message_end`` set) and without (``message_end=""``), each keep point ending a forward
+    (``keeps=ends``); and with message keep points kept inside forwards (``keeps=inside``: the same
+    states and reuse, forwards ending at chunk ends and prompt ends only). Each with its forwards
+    by what ended them (``forward_ends``) and the states kept inside a forward (``kept_inside``),
+    per question."""
     arms = {}
-    for label, message_end in (("", end), (", no message keeps", None)):
-        run = replay_arm(calls, piece=piece, retain_every=RETAIN, message_end=message_end, kept=True)
+    for label, messages, inside in KEPT_VARIANTS:
+        run = replay_arm(calls, piece=piece, retain_every=RETAIN, message_end=end if messages else None, kept=True,
+                         inside=inside)
         ends = forward_ends(run["pieces"], run["keeps"], piece)
         arms[f"exact cut=kept B={piece}{label}"] = {
             **summary(calls, run["reused"], run["pieces"], questions), "states_held": run["states_held"],
-            "forward_ends_per_question": {kind: n / questions for kind, n in ends.items()}}
+            "forward_ends_per_question": {kind: n / questions for kind, n in ends.items()},
+            "kept_inside_per_question": kept_inside(run["pieces"], run["keeps"]) / questions}
     return arms
 
 
@@ -242,23 +262,23 @@ END_COLUMNS = (("prompt", "the read's last"), ("chunk", "chunk ends"), ("prompt_
 
 def forward_end_table(result: dict) -> list[str]:
     """The kept arms' forwards per question by what ended them (``forward_ends``), beside radix's,
-    and what would be left if a state could be kept inside a forward (issue 35 item 5): the reads'
-    last forwards and the chunk ends."""
+    and the states each kept inside a forward (``kept_inside``: ``keeps=inside``'s keep points)."""
     radix = result["arms"]["radix (offline, 512)"]["forwards_per_question"]
     kept = {name: row for name, row in result["arms"].items() if "forward_ends_per_question" in row}
     if not kept:
         return []
-    lines = ["", f"Forwards of cut=kept per question by what ended them (radix: {radix:.1f} at {GPU_CHUNK:,}; "
-                 "a keep point not on a chunk multiple adds one):", "",
+    lines = ["", f"Forwards of cut=kept per question by what ended them (radix: {radix:.1f} at {GPU_CHUNK:,}, "
+                 "chunks from each read's start, as cut=kept's; under keeps=ends a keep point not on a chunk end "
+                 "adds one, under keeps=inside none):", "",
              "| arm | forwards | ratio to radix | " + " | ".join(label for _, label in END_COLUMNS)
-             + " | keeps inside a forward: forwards (ratio) |",
+             + " | states kept inside a forward |",
              "|---|---:|---:|" + "---:|" * (len(END_COLUMNS) + 1)]
     for name, row in kept.items():
         ends = row["forward_ends_per_question"]
         cells = " | ".join(f"{ends.get(kind, 0):.1f}" for kind, _ in END_COLUMNS)
-        free = ends.get("prompt", 0) + ends.get("chunk", 0)
         lines.append(f"| {name} | {row['forwards_per_question']:.1f} | "
-                     f"{row['forwards_per_question'] / radix:.2f} | {cells} | {free:.1f} ({free / radix:.2f}) |")
+                     f"{row['forwards_per_question'] / radix:.2f} | {cells} | "
+                     f"{row.get('kept_inside_per_question', 0):.1f} |")
     return lines
 
 

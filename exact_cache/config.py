@@ -24,6 +24,9 @@ class ExactConfig:
     message_end_id: int = UNRESOLVED  # its id; the launcher looks it up in the served tokenizer
     min_piece: int = 64  # cut=messages: a message end cuts only a piece of at least this many tokens
     message_keeps: int = 0  # cut=messages: keep states at the deepest N message ends of a read (0: all)
+    # cut=kept: a keep point ends a forward (ends), or the engine keeps the state inside the forward
+    # that crosses it (inside): forwards then end only at chunk ends from the read's start and the prompt end
+    keeps: Literal["ends", "inside"] = "ends"
 
     def __post_init__(self):
         if self.piece_tokens <= 0 or self.piece_tokens % GDN_CHUNK:
@@ -40,6 +43,11 @@ class ExactConfig:
             raise ValueError(f"min_piece={self.min_piece}: must be in [1, piece_tokens={self.piece_tokens}]")
         if self.cut not in ("grid", "messages", "kept"):
             raise ValueError(f"cut={self.cut!r}: must be grid, messages or kept")
+        if self.keeps not in ("ends", "inside"):
+            raise ValueError(f"keeps={self.keeps!r}: must be ends or inside")
+        if self.keeps == "inside" and self.cut != "kept":
+            raise ValueError(f"keeps=inside: only with cut=kept (a state kept inside a forward rests on its "
+                             f"split invariance), not cut={self.cut}")
         if self.message_keeps < 0:
             raise ValueError(f"message_keeps={self.message_keeps}: must be >= 0 (0 = every message end)")
         if self.message_end_id < UNRESOLVED:
@@ -63,5 +71,5 @@ class ExactConfig:
                              "(start the server with python -m patches.launch_server, or set message_end_id)")
         if self.cut == "kept":
             end = None if self.message_end_id == UNRESOLVED else self.message_end_id
-            return CutRule(self.piece_tokens, end, kept=True)
+            return CutRule(self.piece_tokens, end, kept=True, inside=self.keeps == "inside")
         return CutRule(self.piece_tokens, self.message_end_id, self.min_piece)

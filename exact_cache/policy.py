@@ -7,7 +7,7 @@ from typing import ClassVar
 
 from exact_cache.config import ExactConfig
 from exact_cache.invariance import invariance_problems
-from exact_cache.rules import bound_in, keep_points_in, resume_point, snapshot_dump_name
+from exact_cache.rules import bound_in, keep_points_in, keeps_within, resume_point, snapshot_dump_name
 from policy.api import (KERNEL_SPLIT_FAILURES, SPLIT_INVARIANCE, Arrival, Plan, PolicyDefaults, Read, Release,
                         Snapshot)
 
@@ -23,7 +23,8 @@ class ExactPolicy(PolicyDefaults):
 
     def plan(self, arrival: Arrival) -> Plan:
         """Resume at the deepest snapshot at or below A that is one of this prompt's cuts, then read
-        forward by forward (``CutRule.forwards``), snapshotting after each that ends at a keep point."""
+        forward by forward (``CutRule.forwards``), each followed by a snapshot at every keep point
+        it keeps (``keeps_within``: its end, or with ``keeps=inside`` also the points it crosses)."""
         cfg = self.config
         rule = self.rule or cfg.cut_rule()  # raises while the message token is unresolved
         tokens = arrival.tokens
@@ -36,8 +37,7 @@ class ExactPolicy(PolicyDefaults):
         steps: list = []
         for start, end in rule.forwards(cut_list, resume, prompt_len, keep):
             steps.append(Read(start, end))
-            if end in keep:
-                steps.append(Snapshot(end, keep[end].value))
+            steps.extend(Snapshot(k, keep[k].value) for k in keeps_within((start, end), keep))
         return Plan(rid=arrival.rid, resume=resume, steps=tuple(steps))
 
     def tree_keys(self, prompt, ids) -> list[int] | None:

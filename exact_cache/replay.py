@@ -5,9 +5,10 @@ A model of the server's tree, independent of SGLang: for each served prompt P it
     under the grid rule that is ``[0, floor(|P|/B)·B)`` unless |P| is a multiple of B, whose last
     piece has no snapshot);
   * a recurrent-state snapshot at each keep point of P's read.
-The server's per-request reused length (``cached_tokens``, events) must equal it. Both cut rules
+The server's per-request reused length (``cached_tokens``, events) must equal it. Every cut rule
 (``exact_cache.rules.CutRule``): build the tree with ``ReplayTree.for_config`` or pass
-``message_end`` (None: the grid).
+``message_end`` (None: the grid) and ``kept`` (with ``inside``: ``keeps=inside``, where keep points
+end no forward; the states kept, and so the reuse, are the same, only ``pieces`` differ).
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ class ReplayTree:
     """Cached texts and snapshots as plain token tuples (small inputs: tests and traces)."""
 
     def __init__(self, piece: int, retain_every: int, spec_drop: int = 0, *, message_end: int | None = None,
-                 min_piece: int = 1, message_keeps: int = 0, max_snapshots: int = 0, kept: bool = False):
-        self.rule = CutRule(piece, message_end, min_piece, kept)
+                 min_piece: int = 1, message_keeps: int = 0, max_snapshots: int = 0, kept: bool = False,
+                 inside: bool = False):
+        self.rule = CutRule(piece, message_end, min_piece, kept, inside)
         self.piece, self.retain_every, self.spec_drop = piece, retain_every, spec_drop
         self.message_keeps = message_keeps
         self.texts: list[tuple[int, ...]] = []  # KV held: each a prefix of a served prompt's tree keys
@@ -36,6 +38,7 @@ class ReplayTree:
         self.max_snapshots = max_snapshots
         self.evicted = 0
         self.pieces: list[list[tuple[int, int]]] = []  # per served prompt: the forwards its read ran
+        # (a keep point ends one, except under keeps=inside: rules.keeps_within places it)
 
     @classmethod
     def for_config(cls, config) -> "ReplayTree":
@@ -43,7 +46,8 @@ class ReplayTree:
         the LRU budget is a model for estimates, not SGLang's pool, so predictions never use it."""
         rule = config.cut_rule()
         return cls(config.piece_tokens, config.retain_every, config.spec_drop, message_end=rule.message_end,
-                   min_piece=rule.min_piece, message_keeps=config.message_keeps, kept=rule.kept)
+                   min_piece=rule.min_piece, message_keeps=config.message_keeps, kept=rule.kept,
+                   inside=rule.inside)
 
     def serve(self, prompt: Sequence[int], cap: int | None = None) -> tuple[int, dict]:
         """Serve one prompt: returns (c*, keep points) and records what the read leaves behind.
@@ -77,13 +81,13 @@ class ReplayTree:
 
 def replay(prompts: Sequence[Sequence[int]], *, piece: int, retain_every: int, spec_drop: int = 0,
            caps: Sequence[int | None] | None = None, message_end: int | None = None, min_piece: int = 1,
-           message_keeps: int = 0, kept: bool = False) -> list[int]:
+           message_keeps: int = 0, kept: bool = False, inside: bool = False) -> list[int]:
     """Serve ``prompts`` in order (no eviction) and return the resume point c* of each.
 
     ``caps``: per prompt, the prefix-match cap SGLang applied (events' ``match_cap``; None: none).
     ``message_end`` etc.: the message cut rule (``ExactConfig`` keys of the same names)."""
     tree = ReplayTree(piece, retain_every, spec_drop, message_end=message_end, min_piece=min_piece,
-                      message_keeps=message_keeps, kept=kept)
+                      message_keeps=message_keeps, kept=kept, inside=inside)
     return replay_tree(tree, prompts, caps)
 
 

@@ -14,16 +14,25 @@ boundaries strictly inside it, never at its end (a longer prompt would not cut t
               last cut holds at least ``min_piece`` tokens, and B tokens after the last cut
 
     kept      |0   64  128 ... every 64-multiple is a cut (a possible resume point)     |P|
-               forwards end only at multiples of B (the serving chunk, from position 0) and
-               at the keep points, each floored to the 64-token grid
+               |start (a read's resume point)    start+B         start+2B      |P|
+               forwards end at start + jB (the serving chunk, counted from the read's start)
+               and (keeps=ends) at the keep points, each floored to the 64-token grid; with
+               keeps=inside a keep point inside a forward is kept there without ending it
 
 The kept rule (``cut=kept``, docs/exact.md §5.13) rests on a kernel property, not on the pieces:
 when every layer's result for a row is the same whether the forward that read it started or
 ended at any 64-multiple (the GDN chunk kernel's grid) or ran beside other sequences, a read
 resumed at a 64-multiple is bit-identical to a cold read that never stopped there, whatever
 forwards either ran. So the tree's keys are the token ids, and forwards end only where a state is
-kept or where the serving chunk ends. Where the kernels lack the property the rule must not be
-served (the launcher's guard).
+kept or where the serving chunk ends. The chunk ends count from the read's start, as SGLang's chunked
+prefill does: the start is a resume point, on the 64-token grid, and B is a multiple of 64, so every
+``start + jB`` is on the grid too, and by the same split invariance the rows do not depend on
+which grid points the forwards end at (a cold read ending at 8,192 and a warm one resumed at 128
+ending at 8,320 give the same bits). With ``keeps=inside`` the engine keeps a state at a 64-aligned
+point inside a forward (the GDN layers write it there mid-forward), so keep points end no forward
+at all: forwards end at the chunk ends and the prompt end only, and each keep point is kept by the
+forward that crosses or ends at it (``keeps_within``). Where the kernels lack the property the
+rule must not be served (the launcher's guard).
 
 The grid and message rules decide a cut c from ``P[0 : c]`` alone, the tokens before it. So two prompts that share
 ``[0, d)`` have the same cuts at every position up to d, including d itself: a cold read and a
@@ -73,10 +82,13 @@ class CutRule:
     message_end: int | None = None
     min_piece: int = 1
     kept: bool = False  # cut=kept: any 64-multiple is a cut; forwards end at chunk ends and keep points
+    inside: bool = False  # cut=kept, keeps=inside: a keep point ends no forward (kept inside one)
 
     def __post_init__(self):
         if self.piece <= 0:
             raise ValueError(f"piece={self.piece}: must be positive")
+        if self.inside and not self.kept:
+            raise ValueError("inside=True (keeps=inside): only under the kept rule")
         if self.kept and self.piece % GRID:
             raise ValueError(f"piece={self.piece}: cut=kept needs a multiple of {GRID}")
         if not 1 <= self.min_piece <= self.piece:
@@ -109,15 +121,28 @@ class CutRule:
 
     def forwards(self, cut_list: Sequence[int], start: int, prompt_len: int, keep) -> list[tuple[int, int]]:
         """The forwards that read ``[start, prompt_len)`` given the read's keep points: one per
-        piece (grid, messages), or (kept) ending only at multiples of B and at keep points."""
+        piece (grid, messages), or (kept) ending at ``start + j*B`` (the serving chunk, counted from
+        the read's start: a 64-multiple, since start is and B is) and, unless ``inside``, at the
+        keep points; nowhere else."""
         if not self.kept:
             return pieces_in(cut_list, start, prompt_len)
         if start % GRID:
             raise ValueError(f"a read starts on the {GRID}-token grid, not at {start}")
-        ends = {c for c in range(self.piece, prompt_len, self.piece) if c > start}
-        ends |= {k for k in keep if start < k < prompt_len}
+        ends = set(range(start + self.piece, prompt_len, self.piece))
+        if not self.inside:
+            ends |= {k for k in keep if start < k < prompt_len}
         bounds = [start] + sorted(ends) + [prompt_len]
         return [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
+
+
+def keeps_within(forward: tuple[int, int], keep) -> list[int]:
+    """The keep points a forward ``[start, end)`` keeps, ascending: those with ``start < k <= end``.
+
+    Under every rule but ``keeps=inside`` each keep point ends a forward, so this is ``[end]`` or
+    nothing; under ``keeps=inside`` it also holds the keep points the forward crosses, kept inside
+    it. A keep point at ``start`` belongs to the forward before (or to the resume point)."""
+    start, end = forward
+    return sorted(k for k in keep if start < k <= end)
 
 
 def cuts(prompt_len: int, piece: int) -> list[int]:

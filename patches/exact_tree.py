@@ -27,6 +27,7 @@ from sglang.srt.distributed.parallel_state import get_tp_group
 from sglang.srt.runtime_context import get_parallel
 
 from patches import process
+from patches.exact_inner_keeps import InnerKeeps
 from patches.request_book import piece_shortfall
 from patches.tp_rows import all_gather_rows
 from policy.ranks import failed_ranks, own_row
@@ -38,6 +39,7 @@ class ExactRadixCache(UnifiedRadixCache):
     """No policy logic here: where to resume and what to keep come from the executor's plan."""
 
     executor = None  # this tree's executor, set on the instance by ``attach`` once it exists
+    inner = None  # its ``InnerKeeps`` (states kept inside a forward), set by ``attach``
 
     def match_prefix(self, params: MatchPrefixParams):
         req = params.req
@@ -112,11 +114,16 @@ class ExactRadixCache(UnifiedRadixCache):
                 super().cache_unfinished_req(req, chunked=chunked, **kwargs)
             finally:
                 del req.get_fill_ids
-        self.executor.snapshot_written(req, end, kind)
-        path = self.executor.policy.snapshot_file(req.rid, end, get_parallel().tp_rank)
+        self.kept(req, end, kind)
+        return None
+
+    def kept(self, req, position: int, kind: str) -> None:
+        """A state of ``req`` entered the tree at ``position`` (at a forward's end, or inside one:
+        ``patches/exact_inner_keeps.py``): the request's event, and the dump when asked for."""
+        self.executor.snapshot_written(req, position, kind)
+        path = self.executor.policy.snapshot_file(req.rid, position, get_parallel().tp_rank)
         if path:
             self.dump_snapshot(req, path)
-        return None
 
     def dump_snapshot(self, req, path: str) -> None:
         """Write this rank's shard of the state just kept (every layer's conv window and SSM state)."""
@@ -208,9 +215,19 @@ def attach(scheduler, executor, spec) -> None:
         raise process.fail(f"policy {spec.policy} needs --radix-cache-backend exact, "
                            f"the scheduler built {type(scheduler.tree_cache).__name__}")
     scheduler.tree_cache.executor = executor
+    scheduler.tree_cache.inner = InnerKeeps(scheduler.tree_cache)
     # Every forward's length comes from the plan (``planned_first_piece``, ``whole_piece_budget``),
     # so SGLang must not round a first forward to another grid (deterministic mode sets one).
     scheduler.truncation_align_size = None
+
+
+def run_batch(original, scheduler, batch, *args, **kwargs):
+    """AROUND ``Scheduler.run_batch``: the exact tree keeps the states its plans keep inside this
+    forward (``InnerKeeps.run``); SGLang's own call while no tree is attached."""
+    inner = getattr(scheduler.tree_cache, "inner", None)
+    if inner is None:
+        return original(scheduler, batch, *args, **kwargs)
+    return inner.run(original, scheduler, batch, *args, **kwargs)
 
 
 def register_backend() -> None:

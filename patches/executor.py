@@ -268,6 +268,17 @@ class PolicyExecutor:
     def snapshot_written(self, req, position: int, kind: str) -> None:
         self._tracked.snapshot_written(req.rid, position, kind)
 
+    def inner_keeps(self, req, start: int, end: int) -> list[tuple[int, str]]:
+        """The keep points of ``req``'s plan strictly inside its forward ``[start, end)`` (exact,
+        ``keeps=inside``): ``(position, kind)``, ascending; none when the forward is off the plan."""
+        tracked = self._tracked.get(req.rid)
+        return tracked.inner_keeps(start, end) if tracked is not None else []
+
+    def keep_dropped(self, req, position: int, reason: str) -> None:
+        """A keep inside a forward was not made (a later prompt resumes earlier; no other bits):
+        logged, and the request's event carries the reason."""
+        self._failed(req.rid, "keep", "no_snapshot", RuntimeError(f"keep at {position}: {reason}"))
+
     # ------------------------------------------------------------------ the request leaves
 
     def on_release(self, req, *args, **kwargs) -> None:

@@ -93,11 +93,14 @@ def install_tree(register, spec, policy) -> None:
     """The exact tree backend, chunk budgets of exactly the planned piece and, on CPU, batch-invariant decode
     and split-invariant prefill attention."""
     from patches.cpu import platform as cpu_platform
-    from patches.exact_tree import planned_first_piece, register_backend, whole_piece_budget
+    from patches import gdn_keep_hooks
+    from patches.exact_tree import planned_first_piece, register_backend, run_batch, whole_piece_budget
 
     register_backend()
     register(targets.ADD_CHUNKED_REQ, whole_piece_budget, "around")
     register(targets.ADD_ONE_REQ, planned_first_piece, "around")
+    register(targets.RUN_BATCH, run_batch, "around")
+    gdn_keep_hooks.install(register, cpu_platform.cuda_available())
     if not cpu_platform.cuda_available():
         # A decode batch must not change a row's bits (GPU: --enable-deterministic-inference), nor
         # where the prefill forward that read a row started or ended (cut=kept resumes mid-forward).

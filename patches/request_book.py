@@ -64,6 +64,13 @@ class TrackedRequest:
             return Forward(start, end, expected, None)
         return Forward(start, end, expected, self.plan.snapshots().get(end))
 
+    def inner_keeps(self, start: int, end: int) -> list[tuple[int, str]]:
+        """The plan's keep points strictly inside its forward ``[start, end)``, ascending, with their
+        kinds (a forward that is not the plan's keeps nothing inside)."""
+        if self.plan is None or (start, end) not in self.plan.forwards():
+            return []
+        return sorted((at, kind) for at, kind in self.plan.snapshots().items() if start < at < end)
+
     def next_piece_len(self, start: int) -> int | None:
         """Length of the planned forward that starts at ``start``, if there is one."""
         if self.plan is None:

@@ -47,3 +47,15 @@ def clear() -> None:
 def for_sequence(keeps: Sequence[StateKeep], sequence: int) -> dict[int, int]:
     """``{offset: slot}`` of the keeps of one sequence."""
     return {keep.offset: keep.slot for keep in keeps if keep.sequence == sequence}
+
+
+def check(keeps: Sequence[StateKeep], bounds: Sequence[int], grid: int = 64) -> None:
+    """Raise ``ValueError`` naming the field unless every keep names a sequence of the forward
+    (``bounds``: its ``cu_seqlens`` as ints) and an offset on the ``grid`` strictly inside it."""
+    for keep in keeps:
+        if not 0 <= keep.sequence < len(bounds) - 1:
+            raise ValueError(f"StateKeep.sequence={keep.sequence}: the forward has {len(bounds) - 1} sequences")
+        length = bounds[keep.sequence + 1] - bounds[keep.sequence]
+        if keep.offset <= 0 or keep.offset % grid or keep.offset >= length:
+            raise ValueError(f"StateKeep.offset={keep.offset}: must be a multiple of {grid} inside the "
+                             f"sequence's {length} tokens")

@@ -18,3 +18,4 @@ ENQUEUE = "sglang.srt.managers.scheduler.Scheduler._add_request_to_queue"
 ABORT = "sglang.srt.managers.scheduler.Scheduler.abort_request"
 PREFILL_RESULT = ("sglang.srt.managers.scheduler_components.batch_result_processor."
                   "SchedulerBatchResultProcessor.process_batch_result_prefill")
+RUN_BATCH = "sglang.srt.managers.scheduler.Scheduler.run_batch"

@@ -47,7 +47,10 @@ class Read:
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """Keep the recurrent state (and the KV before it) after the forward that ends at ``at``."""
+    """Keep the recurrent state (and the KV before it) at ``at``, a position the Read before it
+    reaches: its end, or (a policy whose engine keeps states inside a forward, exact's
+    ``keeps=inside``) a point it crosses, ``start < at <= end``. One Read may be followed by
+    several Snapshots, ascending; no two Snapshots of a plan share a position."""
 
     at: int
     kind: str
@@ -109,18 +112,23 @@ class Plan:
 
     def validate(self, prompt_len: int) -> None:
         """Raise ``ValueError`` unless the Read and Relocate steps tile ``[resume, prompt_len)`` in
-        order, each Snapshot follows the Read that ends where it is taken, each Restore follows
-        the Relocate that ends where it is made, and a Relocate is followed by a read."""
+        order, each Snapshot follows (directly or after other Snapshots of it) the Read whose
+        ``(start, end]`` holds its position, the Snapshots after one Read ascending and no two at
+        one position, each Restore follows the Relocate that ends where it is made, and a Relocate
+        is followed by a read."""
         if not 0 <= self.resume <= prompt_len:
             raise ValueError(f"plan {self.rid}: resume {self.resume} outside [0, {prompt_len}]")
         if self.resume_limit is not None and not self.resume <= self.resume_limit <= prompt_len:
             raise ValueError(f"plan {self.rid}: resume limit {self.resume_limit} outside [{self.resume}, {prompt_len}]")
         cursor, seen, previous = self.resume, set(), None
+        read, kept_to = None, None  # the Read the next Snapshot may follow, and its last Snapshot
         for step in self.steps:
             if isinstance(step, Snapshot):
-                if not isinstance(previous, Read) or step.at != cursor or step.at in seen:
-                    raise ValueError(f"plan {self.rid}: snapshot at {step.at} is not the end of a read forward")
+                if (read is None or not read.start < step.at <= read.end or step.at in seen
+                        or (kept_to is not None and step.at <= kept_to)):
+                    raise ValueError(f"plan {self.rid}: snapshot at {step.at} is not within the read forward before it")
                 seen.add(step.at)
+                kept_to = step.at
             elif isinstance(step, Restore):
                 if not isinstance(previous, Relocate) or step.at != cursor:
                     raise ValueError(f"plan {self.rid}: restore at {step.at} does not follow a relocation ending there")
@@ -135,6 +143,8 @@ class Plan:
                         f"plan {self.rid}: step [{step.start}, {step.end}) does not continue at {cursor}"
                     )
                 cursor = step.end
+            if not isinstance(step, Snapshot):
+                read, kept_to = (step, None) if isinstance(step, Read) else (None, None)
             previous = step
         if cursor != prompt_len:
             raise ValueError(f"plan {self.rid}: steps end at {cursor}, prompt has {prompt_len}")

@@ -161,6 +161,8 @@ def run_setup(ctx, name: str):
             "--cache-policy-set", f"piece_tokens={setup.piece_tokens}",
             "--cache-policy-set", f"retain_every={setup.retain_every}", "--cache-policy-set", f"cut={setup.cut}",
             "--decode-log-interval", "1"]
+    if setup.kept:
+        args += ["--cache-policy-set", f"keeps={setup.keeps}"]
     kept: list = []
     cases = cases_for(setup, ctx.quick)
     with servers.serving(ctx, f"exact-{name}", args, total_tokens=32768) as server:

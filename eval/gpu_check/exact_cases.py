@@ -52,6 +52,7 @@ class PieceSetup:
     neighbour_prompt_len: int  # long enough to reuse at least one piece
     turns: bool  # run the three-turn conversation (piece 64 only, as the engine tests)
     cut: str = "grid"  # the exact setting cut=...: grid (pieces of B), or kept (forwards end at chunk ends and keep points)
+    keeps: str = "ends"  # cut=kept's keeps=...: ends (keep points end forwards) or inside (states kept mid-forward)
 
     @property
     def kept(self) -> bool:
@@ -90,6 +91,8 @@ PIECE_832 = PieceSetup(832, 6656, (
 # forwards than the cold read: an append resumes at 576 (the first read's prompt end, floored to the
 # 64 grid), where no cold read of the longer prompt ends a forward; an edit leaves a junction at 320
 # that the next edit resumes at. Reuse is the same as piece 64's (the kept rule also cuts every 64).
+# With keeps=inside (docs/exact.md §5.14) the states are kept inside the forwards, by the GPU's own
+# GDN kernels writing fp32 states at the keep points: what the CPU can only show under the interpreter.
 _PIECE_64_CASES = {case.name: case for case in PIECE_64.cases}
 KEPT = PieceSetup(128, 256, (
     *(_PIECE_64_CASES[name] for name in ("repeat", "append", "middle_delete")),
@@ -97,7 +100,7 @@ KEPT = PieceSetup(128, 256, (
     _case("resume_at_a_junction", [_BASE, edited(_BASE, 330, 335), edited(_BASE, 330, 340)], (0, 256, 320), quick=True),
     _case("turns", [_BASE[:300], _BASE[:300] + prompt_ids(111, 80), _BASE[:300] + prompt_ids(111, 80) + prompt_ids(112, 70)],
           (0, 256, 320)),
-), neighbour_prompt_len=300, turns=False, cut="kept")
+), neighbour_prompt_len=300, turns=False, cut="kept", keeps="inside")
 
 SETUPS = {"64": PIECE_64, "832": PIECE_832, "kept": KEPT}  # by the step's name, exact-<key>
 

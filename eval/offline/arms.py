@@ -6,12 +6,14 @@
   per cache namespace; a call reads its pieces;
 * ``exact kept``: ``cut=kept`` (``docs/exact.md`` §5.13) with B = the GPU chunk (``--gpu-chunk``,
   8,192: exact sets SGLang's chunked prefill to B, so it reads in radix's chunks) and keep points
-  at message ends; its forwards end at multiples of B from position 0 and at its keep points;
+  at message ends; its forwards end at multiples of B from each read's start and at its keep points;
+* ``exact kept inside``: the same with ``keeps=inside`` (the same states and reuse; the engine keeps
+  each state inside a forward, so forwards end only at the chunk ends and the prompt end);
 * ``scr`` and ``scr rid``: ``scr_arm`` with the authors' defaults (content matching) and with a
   session per conversation (``session_identity=rid``).
 
 More arms come from ``--arm NAME=POLICY[:KEY=VALUE,...]`` (``from_option``): an exact arm's
-``piece_tokens``, ``retain_every``, ``cut`` and ``min_piece``, any scr setting (``scr.settings``).
+``piece_tokens``, ``retain_every``, ``cut``, ``min_piece`` and ``keeps``, any scr setting (``scr.settings``).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class ArmSpec:
 DEFAULT_ARMS = (ArmSpec("radix", "radix"), ArmSpec("exact", "exact"),
                 ArmSpec("exact messages", "exact", {"cut": "messages"}),
                 ArmSpec("exact kept", "exact", {"cut": "kept"}),
+                ArmSpec("exact kept inside", "exact", {"cut": "kept", "keeps": "inside"}),
                 ArmSpec("scr", "scr"), ArmSpec("scr rid", "scr", {"session_identity": "rid"}))
 
 
@@ -46,23 +49,26 @@ def radix_costs(calls, chunk: int = CHUNK) -> list[CallCost]:
 
 
 def exact_costs(calls, message_end: int | None = None, min_piece: int = 1,
-                piece: int = PIECE, retain: int = RETAIN, kept: bool = False) -> list[CallCost]:
+                piece: int = PIECE, retain: int = RETAIN, kept: bool = False, inside: bool = False) -> list[CallCost]:
     from eval.bench_cuts import replay_arm
 
-    run = replay_arm(calls, piece=piece, retain_every=retain, message_end=message_end, min_piece=min_piece, kept=kept)
+    run = replay_arm(calls, piece=piece, retain_every=retain, message_end=message_end, min_piece=min_piece, kept=kept,
+                     inside=inside)
     return [CallCost(r, 0, [tuple(p) for p in pieces]) for r, pieces in zip(run["reused"], run["pieces"])]
 
 
 def exact_arm_costs(settings: dict, calls, message_end: int | None, gpu_chunk: int) -> list[CallCost]:
     """An exact arm's costs from its settings (``piece_tokens``, ``retain_every``, ``cut``,
-    ``min_piece``; under ``cut=kept`` ``message_end=""`` drops the message keep points)."""
+    ``min_piece``; under ``cut=kept`` ``message_end=""`` drops the message keep points and
+    ``keeps=inside`` keeps states inside forwards)."""
     cut = settings.get("cut", "grid")
     piece = int(settings.get("piece_tokens", gpu_chunk if cut == "kept" else PIECE))
     sizes = dict(piece=piece, retain=int(settings.get("retain_every", RETAIN)))
     if cut == "messages":
         return exact_costs(calls, message_end, int(settings.get("min_piece", MIN_PIECE)), **sizes)
     if cut == "kept":
-        return exact_costs(calls, None if settings.get("message_end") == "" else message_end, kept=True, **sizes)
+        return exact_costs(calls, None if settings.get("message_end") == "" else message_end, kept=True,
+                           inside=settings.get("keeps", "ends") == "inside", **sizes)
     return exact_costs(calls, **sizes)
 
 

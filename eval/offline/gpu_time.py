@@ -4,7 +4,7 @@ PFLOPs count work; a GPU's time also depends on how the work is cut. Exact reads
 pieces, and every forward re-reads the weights and the whole context's KV and states, so the same
 tokens read in more, smaller forwards cost more (so does ``cut=kept``, which reads in the server's
 chunks but ends a forward at each of its keep points: the floored prompt end, message ends,
-junctions); and attention over a long context costs more per token than over a short one. This module fits one curve to the measurements the exact cache's lab
+junctions; with ``keeps=inside`` it ends none there); and attention over a long context costs more per token than over a short one. This module fits one curve to the measurements the exact cache's lab
 published for a 27B Qwen hybrid (Gated DeltaNet + attention) on one GPU (``PUBLISHED``; restated in
 ``docs/exact.md`` §3 and issue 34) and charges every prefill forward with it::
 

@@ -5,7 +5,8 @@ read = run through the model). PFLOPs use Qwen3.6-27B's geometry (2·N_body·(re
 ``eval/accounting/flops.py``), per question (conversation), with their ratio to radix. The time
 columns are ``gpu_time``'s estimate: every call's read spans cut into forwards (radix and scr at the
 GPU chunk, ``--gpu-chunk``; exact's 832-token pieces stay pieces, and so do ``cut=kept``'s forwards,
-which end at multiples of the GPU chunk and at keep points), charged with the fitted curve;
+which end at multiples of the GPU chunk from each read's start and, unless ``keeps=inside``, at keep
+points), charged with the fitted curve;
 decoding at the published rate; the read share is read / (read + write). For scr arms, how content
 matching grouped the calls (``eval.accounting.causes.session_use``).
 """
@@ -84,5 +85,6 @@ def format_result(result: dict) -> str:
 
 NOTE = ("GPU seconds are an estimate, not a measurement: prefill from a curve fitted to published cold reads "
         "(eval/offline/gpu_time.py: " + gpu_time.SOURCE + "), radix and scr read in {chunk}-token chunks, exact in "
-        "its 832-token pieces, exact kept in forwards ending at multiples of {chunk} and at its keep points, "
+        "its 832-token pieces, exact kept in forwards ending at multiples of {chunk} from the read's start and at its "
+        "keep points, exact kept inside at those multiples only (its keep points inside forwards), "
         "relocation free, per-request overhead left out; decoding at {rate:.1f} tokens/s.")

@@ -29,6 +29,8 @@ from typing import Optional, Sequence
 import torch
 import torch.nn.functional as F
 
+from patches import state_keeps
+
 GDN_CHUNK = 64
 L2NORM_EPS = 1e-6
 PAD_SLOT_ID = -1
@@ -250,11 +252,13 @@ def _expand_heads(t: torch.Tensor, num_v_heads: int) -> torch.Tensor:
     return t.repeat_interleave(num_v_heads // t.shape[-2], dim=-2)
 
 
-def gdn_chunk_forward(q, k, v, g, beta, state, scale: float, chunk: int = GDN_CHUNK):
+def gdn_chunk_forward(q, k, v, g, beta, state, scale: float, chunk: int = GDN_CHUNK, keep_at=None):
     """Gated delta rule over one sequence, in fp32, on a ``chunk``-token grid from its first token.
 
     q, k: ``[T, HV, K]`` (already l2-normalised and expanded), v: ``[T, HV, V]``,
     g, beta: ``[T, HV]``, state: ``[HV, K, V]``. Returns ``(o [T, HV, V], state [HV, K, V])``.
+    ``keep_at(offset, state)``, when given, is called at each chunk boundary strictly inside the
+    sequence with the fp32 state there: the bits a forward ending at that offset returns.
 
     Per token (the recurrence this solves chunk-wise)::
 
@@ -270,6 +274,8 @@ def gdn_chunk_forward(q, k, v, g, beta, state, scale: float, chunk: int = GDN_CH
     out = torch.empty_like(v)
     q = q * scale
     for start in range(0, seq_len, chunk):
+        if keep_at is not None and start:
+            keep_at(start, state)
         end = min(start + chunk, seq_len)
         qc, kc, vc = (t[start:end].transpose(0, 1) for t in (q, k, v))  # [HV, C, *]
         gc = g[start:end].transpose(0, 1).cumsum(-1)  # [HV, C]
@@ -310,6 +316,7 @@ def chunk_gated_delta_rule(
     cu_seqlens: Optional[torch.Tensor] = None,
     head_first: bool = False,
     use_qk_l2norm_in_kernel: bool = False,
+    keeps=(),
 ):
     """Varlen GDN prefill; reads and writes ``initial_state[initial_state_indices[i]]`` in place.
 
@@ -326,12 +333,25 @@ def chunk_gated_delta_rule(
         q, k = _l2norm(q), _l2norm(k)
     num_v_heads = v.shape[-2]
     q, k = _expand_heads(q[0], num_v_heads), _expand_heads(k[0], num_v_heads)
-    return _prefill_sequences(q, k, v, g, beta, scale, initial_state, initial_state_indices, cu_seqlens), None, None
+    out = _prefill_sequences(q, k, v, g, beta, scale, initial_state, initial_state_indices, cu_seqlens, keeps)
+    return out, None, None
 
 
-def _prefill_sequences(q, k, v, g, beta, scale: float, states, slots, cu_seqlens) -> torch.Tensor:
+def chunk_gated_delta_rule_keeping(q, k, v, g, beta, *, initial_state, initial_state_indices, cu_seqlens, keeps,
+                                   scale: Optional[float] = None, head_first: bool = False,
+                                   use_qk_l2norm_in_kernel: bool = False):
+    """``chunk_gated_delta_rule`` that also writes, for each ``patches.state_keeps.StateKeep``, the
+    fp32 state after ``offset`` tokens of its sequence into ``initial_state[slot]`` (the state a
+    forward ending there would write: the same loop, read at a chunk boundary)."""
+    state_keeps.check(keeps, cu_seqlens.tolist(), GDN_CHUNK)
+    return chunk_gated_delta_rule(q, k, v, g, beta, scale, initial_state, initial_state_indices, cu_seqlens,
+                                  head_first, use_qk_l2norm_in_kernel, keeps=tuple(keeps))
+
+
+def _prefill_sequences(q, k, v, g, beta, scale: float, states, slots, cu_seqlens, keeps=()) -> torch.Tensor:
     """``chunk_gated_delta_rule``'s sequences, one after the other: each reads its slot's state
-    and writes the final state back (pool layout ``[HV, V, K]``)."""
+    and writes the final state back (pool layout ``[HV, V, K]``), and the states ``keeps`` asks
+    for at its chunk boundaries into theirs."""
     out = torch.empty_like(v)
     bounds = cu_seqlens.tolist()
     for i, slot in enumerate(slots.tolist()):
@@ -339,9 +359,15 @@ def _prefill_sequences(q, k, v, g, beta, scale: float, states, slots, cu_seqlens
         if slot == PAD_SLOT_ID or end == start:
             continue
         state = states[slot].transpose(-1, -2)  # [HV, V, K] -> [HV, K, V]
+        wanted = {keep.offset: keep.slot for keep in keeps if keep.sequence == i}
+
+        def keep_at(offset, kept, wanted=wanted):
+            if offset in wanted:
+                states[wanted[offset]] = kept.transpose(-1, -2).to(states.dtype)
+
         o, state = gdn_chunk_forward(
             q[start:end], k[start:end], v[0, start:end], g[0, start:end], beta[0, start:end],
-            state, scale,
+            state, scale, keep_at=keep_at if wanted else None,
         )
         out[0, start:end] = o.to(v.dtype)
         states[slot] = state.transpose(-1, -2).to(states.dtype)

@@ -44,16 +44,19 @@ def kept_reference(long_model):
     return Reference(long_model)
 
 
-@pytest.fixture(scope="module")
-def kept_server(long_model, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("exact-kept")
+@pytest.fixture(scope="module", params=["ends", "inside"])
+def kept_server(request, long_model, tmp_path_factory):
+    """The module's server, once with ``keeps=ends`` (every keep point ends a forward) and once with
+    ``keeps=inside`` (states kept inside forwards, docs/exact.md §5.14): the same matrix on both."""
+    tmp = tmp_path_factory.mktemp(f"exact-kept-{request.param}")
     args = [*LONG_CONTEXT_ARGS, "--max-mamba-cache-size", "160", "--cache-policy", "exact",
             "--cache-events", str(tmp / "events.jsonl"), "--decode-log-interval", "1"]
-    for setting in (f"piece_tokens={B}", f"retain_every={R}", "cut=kept"):
+    for setting in (f"piece_tokens={B}", f"retain_every={R}", "cut=kept", f"keeps={request.param}"):
         args += ["--cache-policy-set", setting]
-    server = start_server(long_model, tmp, "exact-kept", args, state_pool=False)
+    server = start_server(long_model, tmp, f"exact-kept-{request.param}", args, state_pool=False)
     server.events_path = tmp / "events.jsonl"
     server.im_end = im_end(long_model)
+    server.keeps = request.param
     yield server
     server.stop()
     assert server.fatal_lines() == [], server.log_tail()
@@ -115,9 +118,28 @@ def test_a_long_conversation_resumes_past_8k_where_no_cold_read_ends_a_forward(k
                            **rules)
     assert [w["cached_tokens"] for w in warm] == [0, 8256]
     events = wait_for_events(kept_server.events_path, ["long.w1", "long.c1"])
-    assert events["long.w1"]["pieces"][0] == [8256, 8320]
+    assert events["long.w1"]["pieces"][0] == [8256, 8384]  # the chunk from the read's start; the prompt end, floored
     cold_ends = {end for _, end in events["long.c1"]["pieces"]}
     assert {8192, 8320} <= cold_ends and 8256 not in cold_ends
+
+
+def test_keep_points_end_forwards_only_under_keeps_ends(kept_server):
+    """Where the states of a cold 600-token read are kept (R = 256, its prompt end floored: 256, 512,
+    576) and which forwards read it: under ``keeps=ends`` every keep point ends a forward
+    (forwards [0, 128) [128, 256) [256, 384) [384, 512) [512, 576) [576, 600)); under
+    ``keeps=inside`` forwards end only at the chunk ends and the prompt end ([0, 128) ... [512, 600)),
+    and the state at 576 is kept inside the last one."""
+    kept_server.flush_cache()
+    kept_server.generate(BASE, 2, rid="where.c0")
+    event = wait_for_events(kept_server.events_path, ["where.c0"])["where.c0"]
+    assert ExactOracle(B, R, kept=True, message_end=kept_server.im_end).serve(BASE)[1] == [256, 512, 576]
+    assert [position for position, _ in event["snapshots"]] == [256, 512, 576]
+    ends = [end for _, end in event["pieces"]]
+    if kept_server.keeps == "ends":
+        assert ends == [128, 256, 384, 512, 576, 600]
+    else:
+        assert ends == [128, 256, 384, 512, 600]
+    assert event["fallback"] is None
 
 
 def test_the_gpu_checks_kept_step_passes_on_this_server(kept_server):

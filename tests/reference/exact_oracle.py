@@ -23,7 +23,11 @@ to agree with:
 * the kept rule (``kept``): every ``d`` with ``0 < d < |P|`` and ``d % 64 == 0`` is a cut, whatever
   B is (B only ends forwards, which do not change what is reused); positions match on their token
   alone; a message keep point is, for each position ``p`` with ``P[p-1]`` a message end and
-  ``p < |P|``, the deepest 64-multiple ``d`` with ``0 < d <= p`` (found by trying every d).
+  ``p < |P|``, the deepest 64-multiple ``d`` with ``0 < d <= p`` (found by trying every d);
+  forwards (``forwards``): walking from the resume point ``c*`` one token at a time, a forward ends
+  once B tokens have passed since the read's start or the last such chunk end, and (``inside``
+  False) at every keep point; with ``inside`` keep points end nothing, and each is kept by the
+  forward ``[a, b)`` with ``a < k <= b`` (``snapshots``).
 No eviction: the oracle holds everything, so it is an upper bound under a memory budget.
 """
 
@@ -114,6 +118,24 @@ class ExactOracle:
             self.snapshots.add(seen[:depth])
             self.texts.append(seen[:depth])
         return resume, kept
+
+
+def expected_forwards(piece: int, resume: int, prompt_len: int, keep, inside: bool = False) -> list[tuple[int, int]]:
+    """The kept rule's forwards of a read of ``[resume, prompt_len)`` with keep points ``keep``."""
+    forwards, start, chunk_from = [], resume, resume
+    for p in range(resume + 1, prompt_len):
+        chunk_end = p - chunk_from == piece
+        if chunk_end:
+            chunk_from = p
+        if chunk_end or (not inside and p in keep):
+            forwards.append((start, p))
+            start = p
+    return forwards + [(start, prompt_len)] if prompt_len > start else forwards
+
+
+def expected_snapshots(forwards, keep) -> list[tuple[int, list[int]]]:
+    """Per forward, in order, the keep points it keeps: those past its start, up to its end."""
+    return [(index, [k for k in sorted(keep) if a < k and k <= b]) for index, (a, b) in enumerate(forwards)]
 
 
 def expected_reuse(prompts, *, piece: int, retain_every: int, spec_drop: int = 0, caps=None, message_end=None,

@@ -69,6 +69,7 @@ def fake_sglang(monkeypatch):
     exact_tree.register_backend = lambda: None
     exact_tree.whole_piece_budget = lambda *a, **k: None
     exact_tree.planned_first_piece = lambda *a, **k: None
+    exact_tree.run_batch = lambda *a, **k: None
     monkeypatch.setitem(sys.modules, "patches.exact_tree", exact_tree)
     monkeypatch.setattr(plugin.versions, "check_pins", lambda: None)
     # No CPU-platform hooks (not what is tested; the real module imports torch).

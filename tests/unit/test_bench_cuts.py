@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from eval.bench_cuts import BODY_PARAMS, floors, forward_end_table, forward_ends, kept_arms, replay_arm, summary
+from eval.bench_cuts import (BODY_PARAMS, floors, forward_end_table, forward_ends, kept_arms, kept_inside, replay_arm,
+                              summary)
 from eval.traces.format import TraceCall
 from exact_cache.rules import KeepKind
 from tests.reference.exact_oracle import expected_reuse
@@ -78,12 +79,48 @@ def test_kept_arms_by_hand():
     assert without["pflops_per_question"] == with_messages["pflops_per_question"]
     assert without["forwards_per_question"] == 5 and without["states_held"] == 2  # 256, 320
     assert without["forward_ends_per_question"] == {"prompt": 2, "chunk": 2, "prompt_end": 1}
+    # keeps=inside: call 1 reads [0, 128) (keeps 64 inside), [128, 256) (192 inside, 256 at its end),
+    # [256, 300); call 2 reads [256, 350) in one forward, keeping 320 inside it. Same reuse and states.
+    inside = arms["exact cut=kept B=128 keeps=inside"]
+    assert inside["pflops_per_question"] == with_messages["pflops_per_question"]
+    assert inside["forwards_per_question"] == 4 and inside["states_held"] == 4
+    assert inside["forward_ends_per_question"] == {"prompt": 2, "chunk": 2}
+    assert inside["kept_inside_per_question"] == 3 and with_messages["kept_inside_per_question"] == 0
+    low, _ = inside["gpu_estimate_pflops_per_question"]
+    assert low == pytest.approx(2 * BODY_PARAMS * (394 + 150 * 4 + 10) / 1e15)
+
+
+def test_kept_arms_count_chunk_ends_from_the_read_start():
+    """B = 128, R = 6,656. Call 1 as in ``test_kept_arms_by_hand``. Call 2 inserts 5 tokens at 150
+    (305 tokens): matched 150, bound 128 holds no state, so it resumes at 64 (a message keep) and
+    keeps the junction 128, the message end after 205 floored to 192, the prompt end floored to 256.
+    Chunk ends count from 64: 192 (not 128 or 256). Ends: [64, 128) junction, [128, 192) chunk,
+    [192, 256) prompt end, [256, 305). Inside: [64, 192) keeping 128 inside and 192 at its end,
+    [192, 305) keeping 256 inside. Reads 300 + 241."""
+    first = messages(100, 100, 100)
+    calls = [call("a", 0, first, [2] * 5), call("a", 1, first[:150] + [2] * 5 + first[150:], [2] * 5)]
+    arms = kept_arms(calls, 1, E, 128)
+    ends, inside = arms["exact cut=kept B=128"], arms["exact cut=kept B=128 keeps=inside"]
+    for row in (ends, inside):
+        assert row["prefix"] == pytest.approx(64 / 605)
+        assert row["pflops_per_question"] == pytest.approx(2 * BODY_PARAMS * (300 + 241 + 10) / 1e15)
+        assert row["states_held"] == 6  # 64, 192, 256 of call 1; 128, 192, 256 of call 2 (another text)
+    assert ends["forwards_per_question"] == 9 and ends["kept_inside_per_question"] == 0
+    assert ends["forward_ends_per_question"] == {"prompt": 2, "chunk": 3, "message": 2, "junction": 1,
+                                                 "prompt_end": 1}
+    assert inside["forwards_per_question"] == 5 and inside["kept_inside_per_question"] == 4  # 64, 192; 128, 256
+    assert inside["forward_ends_per_question"] == {"prompt": 2, "chunk": 3}
+    run = replay_arm(calls, piece=128, retain_every=6656, message_end=E, kept=True, inside=True)
+    assert run["pieces"][1] == [(64, 192), (192, 305)]
+    assert run["keeps"][1] == {128: KeepKind.JUNCTION, 192: KeepKind.MESSAGE, 256: KeepKind.PROMPT_END}
+    assert kept_inside(run["pieces"], run["keeps"]) == 4
 
 
 def test_forward_ends_name_the_keep_point_unless_a_chunk_ends_there():
     pieces = [[(64, 128), (128, 150), (150, 200)], [(0, 200)]]
     keeps = [{128: KeepKind.JUNCTION, 150: KeepKind.JUNCTION, 192: KeepKind.PROMPT_END}, {}]
-    assert forward_ends(pieces, keeps, 128) == {"prompt": 2, "chunk": 1, "junction": 1}
+    assert forward_ends(pieces, keeps, 128) == {"prompt": 2, "junction": 2}  # chunks from 64: 192
+    assert forward_ends(pieces, keeps, 64) == {"prompt": 2, "chunk": 1, "junction": 1}  # 128 = 64 + 64
     assert forward_ends(pieces, keeps, 832) == {"prompt": 2, "junction": 2}
 
 
@@ -97,12 +134,16 @@ def test_replay_arm_under_the_kept_rule_agrees_with_the_oracle():
 
 
 def test_the_forward_end_table_gives_ratios_to_radix():
-    row = {"forwards_per_question": 10.0, "forward_ends_per_question": {"prompt": 3.0, "chunk": 1.0, "message": 6.0}}
+    row = {"forwards_per_question": 10.0, "forward_ends_per_question": {"prompt": 3.0, "chunk": 1.0, "message": 6.0},
+           "kept_inside_per_question": 0.0}
+    inside = {"forwards_per_question": 4.0, "forward_ends_per_question": {"prompt": 3.0, "chunk": 1.0},
+              "kept_inside_per_question": 6.0}
     result = {"arms": {"radix (offline, 512)": {"forwards_per_question": 4.0}, "exact cut=kept B=128": row,
-                       "exact": {"forwards_per_question": 99.0}}}
+                       "exact cut=kept B=128 keeps=inside": inside, "exact": {"forwards_per_question": 99.0}}}
     lines = forward_end_table(result)
-    assert lines[-1] == "| exact cut=kept B=128 | 10.0 | 2.50 | 3.0 | 1.0 | 0.0 | 6.0 | 0.0 | 0.0 | 4.0 (1.00) |"
-    assert len([line for line in lines if line.startswith("| exact")]) == 1
+    assert lines[-2] == "| exact cut=kept B=128 | 10.0 | 2.50 | 3.0 | 1.0 | 0.0 | 6.0 | 0.0 | 0.0 | 0.0 |"
+    assert lines[-1] == "| exact cut=kept B=128 keeps=inside | 4.0 | 1.00 | 3.0 | 1.0 | 0.0 | 0.0 | 0.0 | 0.0 | 6.0 |"
+    assert len([line for line in lines if line.startswith("| exact")]) == 2
     assert forward_end_table({"arms": {"radix (offline, 512)": {"forwards_per_question": 4.0}}}) == []
 
 

@@ -351,15 +351,31 @@ def test_plan_snapshots_and_forwards():
     [
         pytest.param(
             Plan("r", 0, (Snapshot(0, "periodic"), Read(0, 64))), 64,
-            "plan r: snapshot at 0 is not the end of a read forward", id="snapshot-before-any-read",
+            "plan r: snapshot at 0 is not within the read forward before it", id="snapshot-before-any-read",
         ),
         pytest.param(
-            Plan("r", 0, (Read(0, 64), Snapshot(32, "periodic"), Read(64, 100))), 100,
-            "plan r: snapshot at 32 is not the end of a read forward", id="snapshot-mid-piece",
+            Plan("r", 0, (Read(0, 64), Snapshot(96, "periodic"), Read(64, 100))), 100,
+            "plan r: snapshot at 96 is not within the read forward before it", id="snapshot-past-the-read",
+        ),
+        pytest.param(
+            Plan("r", 0, (Read(0, 64), Read(64, 100), Snapshot(32, "periodic"))), 100,
+            "plan r: snapshot at 32 is not within the read forward before it", id="snapshot-in-an-earlier-read",
+        ),
+        pytest.param(
+            Plan("r", 64, (Read(64, 128), Snapshot(64, "junction"), Read(128, 150))), 150,
+            "plan r: snapshot at 64 is not within the read forward before it", id="snapshot-at-the-read-start",
+        ),
+        pytest.param(
+            Plan("r", 0, (Read(0, 256), Snapshot(192, "message"), Snapshot(128, "message"), Read(256, 300))), 300,
+            "plan r: snapshot at 128 is not within the read forward before it", id="snapshots-descending",
+        ),
+        pytest.param(
+            Plan("r", 0, (Read(0, 256), Snapshot(128, "message"), Snapshot(128, "periodic"), Read(256, 300))), 300,
+            "plan r: snapshot at 128 is not within the read forward before it", id="two-at-one-position",
         ),
         pytest.param(
             Plan("r", 64, (Snapshot(64, "junction"), Read(64, 100))), 100,
-            "plan r: snapshot at 64 is not the end of a read forward", id="snapshot-at-resume",
+            "plan r: snapshot at 64 is not within the read forward before it", id="snapshot-at-resume",
         ),
     ],
 )
@@ -367,6 +383,26 @@ def test_validate_rejects_misplaced_snapshots(plan, prompt_len, message):
     with pytest.raises(ValueError) as info:
         plan.validate(prompt_len)
     assert str(info.value) == message
+
+
+@pytest.mark.parametrize(
+    "steps",
+    [
+        pytest.param((Read(0, 64), Snapshot(64, "periodic"), Read(64, 100)), id="at-the-end"),
+        pytest.param((Read(0, 64), Snapshot(32, "periodic"), Read(64, 100)), id="inside"),
+        pytest.param((Read(0, 64), Snapshot(1, "periodic"), Read(64, 100)), id="just-past-the-start"),
+        pytest.param((Read(0, 100), Snapshot(64, "message"), Snapshot(99, "prompt_end"), Snapshot(100, "periodic")),
+                     id="several-ascending-up-to-the-prompt-end"),
+        pytest.param((Read(0, 64), Snapshot(64, "message"), Read(64, 100), Snapshot(70, "junction"),
+                      Snapshot(80, "prompt_end")), id="one-read-each"),
+    ],
+)
+def test_validate_accepts_snapshots_within_the_read_before_them(steps):
+    """``keeps=inside``: a state kept inside a forward, several per forward, ascending."""
+    plan = Plan("r", 0, steps)
+    assert plan.validate(100) is None
+    assert plan.forwards() == [(s.start, s.end) for s in steps if isinstance(s, Read)]
+    assert plan.snapshots() == {s.at: s.kind for s in steps if isinstance(s, Snapshot)}
 
 
 def test_server_settings_exact():

@@ -118,6 +118,10 @@ def test_exact_kept_reads_in_forwards_of_the_gpu_chunk_ending_at_keep_points():
     assert [x.spans for x in quiet] == [[(0, 128), (128, 256), (256, 300)], [(256, 320), (320, 350)]]
     wide = costs(ArmSpec("k", "exact", {"cut": "kept", "piece_tokens": "256"}), calls, message_end=9, gpu_chunk=128)
     assert wide[0].spans == [(0, 64), (64, 192), (192, 256), (256, 300)]
+    # keeps=inside: the same reuse, forwards end at chunk ends (from each read's start) and prompt ends only
+    inside = costs(ArmSpec("k", "exact", {"cut": "kept", "keeps": "inside"}), calls, message_end=9, gpu_chunk=128)
+    assert [x.spans for x in inside] == [[(0, 128), (128, 256), (256, 300)], [(256, 350)]]
+    assert [x.prefix for x in inside] == [x.prefix for x in kept] == [0, 256]
     curve = gpu_time.Curve((1.0, 0.0, 0.0, 0.0))  # one second per forward
     row = table.arm_row(calls, kept, curve, gpu_chunk=128)
     assert row["forwards_per_question"] == 7 and row["read_s_per_question"] == pytest.approx(7.0)

@@ -119,7 +119,7 @@ def test_two_snapshots_at_one_position_are_rejected():
 
     plan = Plan(rid="d", resume=0, steps=(Read(0, 64), Snapshot(64, "periodic"), Snapshot(64, "prompt_end"),
                                           Read(64, 100)))
-    with pytest.raises(ValueError, match=r"^plan d: snapshot at 64 is not the end of a read forward$"):
+    with pytest.raises(ValueError, match=r"^plan d: snapshot at 64 is not within the read forward before it$"):
         plan.validate(100)
 
 

@@ -16,6 +16,9 @@ from policy.api import Plan, Read, Relocate, Restore, Snapshot
 N = 30
 GOOD = {
     "read, snapshot": (Read(0, 10), Snapshot(10, "periodic"), Read(10, N)),
+    "read, snapshots inside it": (Read(0, 10), Snapshot(4, "periodic"), Snapshot(10, "message"), Read(10, N)),
+    "relocate, read, snapshot inside the read": (Read(0, 10), Relocate(10, 5, 40, 0), Read(15, N),
+                                                 Snapshot(20, "periodic")),
     "relocate, restore, read": (Read(0, 10), Relocate(10, 5, 40, 0), Restore(15, 0), Read(15, N)),
     "relocate, read": (Read(0, 10), Relocate(10, 5, 40, 0), Read(15, N)),
     "two relocations, one restored": (Read(0, 10), Relocate(10, 5, 40, 0), Read(15, 20), Relocate(20, 5, 60, 0),
@@ -31,10 +34,15 @@ BAD = {
     "restore off the relocation's end": ((Read(0, 10), Relocate(10, 5, 40, 0), Restore(14, 0), Read(15, N)),
                                          "restore at 14 does not follow a relocation ending there"),
     "snapshot after a relocation": ((Read(0, 10), Relocate(10, 5, 40, 0), Snapshot(15, "periodic"), Read(15, N)),
-                                    "snapshot at 15 is not the end of a read forward"),
+                                    "snapshot at 15 is not within the read forward before it"),
     "snapshot after a restore": ((Read(0, 10), Relocate(10, 5, 40, 0), Restore(15, 0), Snapshot(15, "periodic"),
-                                  Read(15, N)), "snapshot at 15 is not the end of a read forward"),
-    "snapshot first": ((Snapshot(0, "periodic"), Read(0, N)), "snapshot at 0 is not the end of a read forward"),
+                                  Read(15, N)), "snapshot at 15 is not within the read forward before it"),
+    "snapshot first": ((Snapshot(0, "periodic"), Read(0, N)), "snapshot at 0 is not within the read forward before it"),
+    "snapshot inside a read, after a relocation": ((Read(0, 10), Relocate(10, 5, 40, 0), Snapshot(5, "periodic"),
+                                                   Read(15, N)), "snapshot at 5 is not within the read forward"),
+    "snapshot inside a read, after a restore": ((Read(0, 10), Relocate(10, 5, 40, 0), Restore(15, 0),
+                                                Snapshot(12, "periodic"), Read(15, N)),
+                                               "snapshot at 12 is not within the read forward"),
 }
 
 

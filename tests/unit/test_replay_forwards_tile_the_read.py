@@ -1,6 +1,6 @@
 """exact_cache/replay.py ``ReplayTree.pieces``: the forwards of each read tile ``[resume, |P|)``:
 the first starts at the resume point, each starts where the one before ended, none is empty, the
-last ends at the prompt's end; under every cut rule (grid, messages, kept).
+last ends at the prompt's end; under every cut rule (grid, messages, kept with keeps=ends and keeps=inside).
 
 Why: ``eval/bench_cuts.py`` prices each forward (a fixed cost per forward plus its tokens), so
 an empty forward at the resume cut costs a launch that the server never makes, and a forward that
@@ -58,13 +58,13 @@ def conversation(rng: random.Random, scale: int) -> list[list[int]]:
     return prompts
 
 
-@pytest.mark.parametrize("rule", ["grid", "messages", "kept"])
+@pytest.mark.parametrize("rule", ["grid", "messages", "kept", "kept inside"])
 def test_every_read_is_tiled_by_its_forwards(rule):
     rng = random.Random(7)
     warm = 0
     for _ in range(60):
-        if rule == "kept":
-            tree, scale = ReplayTree(KB, KR, message_end=M, kept=True), 120
+        if rule.startswith("kept"):
+            tree, scale = ReplayTree(KB, KR, message_end=M, kept=True, inside=rule == "kept inside"), 120
         else:
             tree, scale = ReplayTree(B, R, message_end=M if rule == "messages" else None), 8
         for prompt in conversation(rng, scale):
