@@ -34,6 +34,7 @@ import triton
 import triton.language as tl
 from sglang.kernels.ops.attention.fla import chunk
 
+from patches import state_keeps
 from patches.state_keeps import StateKeep
 
 H_KERNEL = "chunk_gated_delta_rule_fwd_kernel_h_blockdim64"  # in chunk_gated_delta_rule_fwd_h's module
@@ -58,31 +59,25 @@ def _narrow(source: torch.Tensor, target: torch.Tensor) -> None:
     _narrow_kernel[(triton.cdiv(n, NARROW_BLOCK),)](source, target, n, BLOCK=NARROW_BLOCK)
 
 
-def keep_rows(keeps: Sequence[StateKeep], lengths: Sequence[int], slots: int, own_slots: Sequence[int]) -> list[int]:
+def keep_rows(keeps: Sequence[StateKeep], bounds: Sequence[int], slots: int, own_slots: Sequence[int]) -> list[int]:
     """For each keep, its row in ``h`` flattened over (batch, chunk): the chunk of sequence
-    ``keep.sequence`` that starts at ``keep.offset``. Under varlen ``cu_seqlens`` SGLang lays the
-    sequences' chunks out one after the other (``prepare_chunk_offsets``: sequence i's chunks start
-    at the sum of ``ceil(len / 64)`` of the sequences before it). Raises ValueError naming the
-    field of the first bad keep: ``sequence`` not one of ``lengths``; ``offset`` not a positive
-    multiple of 64 strictly inside its sequence; ``slot`` not in the pool, a sequence's own slot
-    (``own_slots``: the kernel reads and writes it), or another keep's."""
+    ``keep.sequence`` that starts at ``keep.offset``. Under varlen ``cu_seqlens`` (``bounds``, as
+    ints) SGLang lays the sequences' chunks out one after the other (``prepare_chunk_offsets``:
+    sequence i's chunks start at the sum of ``ceil(len / 64)`` of the sequences before it).
+    Raises ValueError naming the field of the first bad keep: ``sequence`` and ``offset`` as
+    ``state_keeps.check`` says (a sequence of the forward, a multiple of 64 strictly inside it);
+    ``slot`` not in the pool, a sequence's own slot (``own_slots``: the kernel reads and writes
+    it), or another keep's."""
+    state_keeps.check(keeps, bounds, CHUNK)
     first_chunk = [0]
-    for length in lengths:
-        first_chunk.append(first_chunk[-1] + -(-length // CHUNK))
+    for start, end in zip(bounds, bounds[1:]):
+        first_chunk.append(first_chunk[-1] + -(-(end - start) // CHUNK))
     rows, taken = [], set(own_slots)
     for keep in keeps:
-        if not 0 <= keep.sequence < len(lengths):
-            raise ValueError(f"StateKeep.sequence {keep.sequence}: the forward has {len(lengths)} sequences")
-        length = lengths[keep.sequence]
-        if keep.offset <= 0 or keep.offset % CHUNK:
-            raise ValueError(f"StateKeep.offset {keep.offset}: not a positive multiple of {CHUNK}")
-        if keep.offset >= length:
-            raise ValueError(f"StateKeep.offset {keep.offset}: not inside sequence {keep.sequence}, "
-                             f"which extends {length} tokens")
         if not 0 <= keep.slot < slots:
-            raise ValueError(f"StateKeep.slot {keep.slot}: the state pool has {slots} slots")
+            raise ValueError(f"StateKeep.slot={keep.slot}: the state pool has {slots} slots")
         if keep.slot in taken:
-            raise ValueError(f"StateKeep.slot {keep.slot}: already a sequence's own slot or another keep's")
+            raise ValueError(f"StateKeep.slot={keep.slot}: already a sequence's own slot or another keep's")
         taken.add(keep.slot)
         rows.append(first_chunk[keep.sequence] + keep.offset // CHUNK)
     return rows
@@ -139,9 +134,7 @@ def chunk_gated_delta_rule_keeping(q, k, v, g, beta, *, initial_state, initial_s
     if cu_seqlens is None or initial_state is None or initial_state_indices is None:
         raise ValueError("keeps need the varlen call SGLang's extend makes: cu_seqlens, initial_state and "
                          "initial_state_indices")
-    bounds = cu_seqlens.tolist()
-    lengths = [end - start for start, end in zip(bounds, bounds[1:])]
-    rows = keep_rows(keeps, lengths, initial_state.shape[0], initial_state_indices.tolist())
+    rows = keep_rows(keeps, cu_seqlens.tolist(), initial_state.shape[0], initial_state_indices.tolist())
     with _fp32_h(initial_state, rows, [keep.slot for keep in keeps]) as launches:
         result = chunk.chunk_gated_delta_rule(**call)
     if len(launches) != 1:

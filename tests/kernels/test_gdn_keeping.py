@@ -14,6 +14,8 @@ bits on both; torch's cast (round to nearest even) does not here.
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
@@ -27,6 +29,7 @@ LENGTHS = (150, 70, 200)  # none on the grid: the later sequences' chunks start 
 START_SCALE = 0.05  # the third sequence's initial state, random
 SLOTS = 8  # pool: slots 0-2 the sequences' own, 3-6 the keeps, 7 never written
 OWN = (0, 1, 2)
+BOUNDS = (0, *itertools.accumulate(LENGTHS))  # their cu_seqlens
 KEEPS = (StateKeep(0, 64, 3), StateKeep(0, 128, 4), StateKeep(2, 64, 5), StateKeep(2, 192, 6))
 UNTOUCHED = 7
 SENTINEL = 7.0
@@ -154,17 +157,17 @@ def test_without_keeps_it_is_sglangs_call(sgl, monkeypatch):
 def test_a_bad_keep_is_refused_naming_its_field(sgl, keep, field):
     """Checked before anything runs (:func:`keep_rows`, pure: no kernel here)."""
     if field is None:
-        assert sgl.keeping.keep_rows([keep], LENGTHS, SLOTS, OWN) == [_row(keep)]
+        assert sgl.keeping.keep_rows([keep], BOUNDS, SLOTS, OWN) == [_row(keep)]
         return
-    with pytest.raises(ValueError, match=rf"^StateKeep\.{field} "):
-        sgl.keeping.keep_rows([keep], LENGTHS, SLOTS, OWN)
+    with pytest.raises(ValueError, match=rf"^StateKeep\.{field}={keep._asdict()[field]}: "):
+        sgl.keeping.keep_rows([keep], BOUNDS, SLOTS, OWN)
 
 
 def test_an_offset_at_the_sequences_end_and_a_slot_kept_twice_are_refused(sgl):
-    with pytest.raises(ValueError, match=r"^StateKeep\.offset 128: not inside sequence 0, which extends 128"):
-        sgl.keeping.keep_rows([StateKeep(0, 128, 3)], (128,), SLOTS, (0,))
-    with pytest.raises(ValueError, match=r"^StateKeep\.slot 3: already"):
-        sgl.keeping.keep_rows([StateKeep(0, 64, 3), StateKeep(0, 128, 3)], (150,), SLOTS, (0,))
+    with pytest.raises(ValueError, match=r"^StateKeep\.offset=128: .* inside the sequence's 128 tokens"):
+        sgl.keeping.keep_rows([StateKeep(0, 128, 3)], (0, 128), SLOTS, (0,))
+    with pytest.raises(ValueError, match=r"^StateKeep\.slot=3: already"):
+        sgl.keeping.keep_rows([StateKeep(0, 64, 3), StateKeep(0, 128, 3)], (0, 150), SLOTS, (0,))
 
 
 def test_keeps_are_checked_before_the_forward_runs_and_the_kernel_is_restored(sgl, batch):
@@ -176,6 +179,6 @@ def test_keeps_are_checked_before_the_forward_runs_and_the_kernel_is_restored(sg
     sequences = [_sequence(n, seed=40 + i) for i, n in enumerate(LENGTHS)]
     pool = _pool([torch.zeros(TINY.gdn_v_heads, TINY.gdn_v_dim, TINY.gdn_k_dim)] * 3)
     before = pool.clone()
-    with pytest.raises(ValueError, match=r"^StateKeep\.offset 96"):
+    with pytest.raises(ValueError, match=r"^StateKeep\.offset=96"):
         sgl.keeping.chunk_gated_delta_rule_keeping(**_call(sequences, pool, OWN), keeps=[StateKeep(2, 96, 3)])
     assert bit_equal(pool, before) and namespace[sgl.keeping.H_KERNEL] is kernel
