@@ -7,7 +7,10 @@ under the Triton interpreter. What the interpreter cannot show is a GPU's own ro
 fragment order, fast math, timing-driven autotuning), so a CUDA server checks it where it serves:
 :func:`split_invariance_failures` runs split and unsplit forwards of both kernels on random data at
 the served dtype, on the given device, and names each kernel whose split forward is not
-bit-identical; a server must not serve the kept rule when the answer is not empty.
+bit-identical; a server must not serve the kept rule when the answer is not empty. A third check,
+``gdn_keeping``, is the premise of keeping states inside a forward (``keeps=inside``;
+``patches/gdn_keeps_cuda.py``): the keeping forward is SGLang's, bit for bit, and each state it keeps
+is the final state of a forward that ended there; its failure refuses ``keeps=inside`` only.
 
 Pure: random inputs in, a verdict out; no server state is read or written, and SGLang's kernel
 modules are imported only when a check runs (``kernels=None``), so importing this module costs
@@ -16,7 +19,7 @@ nothing. The tier passes its interpreted copies of the same modules as ``kernels
 ``python -m patches.kernel_selftest [--device cuda] [--dtype bfloat16]`` prints one line,
 ``KERNEL_SELFTEST {json}`` (``grid_failures``: the verdict at the 64-token grid; ``off_grid``: what
 a split at 37 and 100 does, which on the interpreter changes the GDN chunk kernel's bits and not
-the attention's) and exits 1 when the grid verdict names a kernel; ``eval/gpu_check``'s ``kernels``
+the attention's; asked of the two split kernels only, a keep being on the grid) and exits 1 when the grid verdict names a kernel; ``eval/gpu_check``'s ``kernels``
 step runs it.
 """
 
@@ -34,10 +37,14 @@ GRID_CUTS = (64, 128, 192)  # each alone, then all together
 OFF_GRID_CUTS = (37, 100)
 GDN_CHUNK = "gdn_chunk"
 EXTEND_ATTENTION = "extend_attention"
+GDN_KEEPING = "gdn_keeping"  # keeps=inside's premise, not the split invariance: refuses keeps=inside only
 KERNELS = {
     GDN_CHUNK: "sglang.kernels.ops.attention.fla.chunk.chunk_gated_delta_rule",
     EXTEND_ATTENTION: "sglang.kernels.ops.attention.extend_attention.extend_attention_fwd_unified",
+    GDN_KEEPING: "patches.gdn_keeps_cuda.chunk_gated_delta_rule_keeping",
 }
+SPLIT_KERNELS = (GDN_CHUNK, EXTEND_ATTENTION)  # what a split off the grid is asked of
+KEEPING_NEIGHBOUR = GRID + 37  # tokens of the sequence before the kept one (its chunks end ragged)
 RESULT_PREFIX = "KERNEL_SELFTEST "
 
 
@@ -73,18 +80,24 @@ def split_invariance_failures(device="cuda", dtype="bfloat16", *, geometry: Geom
                               checked: Sequence[str] = tuple(KERNELS)) -> dict[str, str]:
     """``{kernel: what differed}`` for each kernel of ``checked`` (names of :data:`KERNELS`) whose
     forwards split at ``cuts`` (each cut alone, then all of them) are not bit-identical to one
-    unsplit forward: the outputs, and for the GDN kernel the final recurrent state too. Empty when
-    all hold. ``dtype``: a torch dtype or its name. ``kernels``: a namespace with the modules
-    ``chunk`` and ``extend_attention``; None imports SGLang's."""
+    unsplit forward: the outputs, and for the GDN kernel the final recurrent state too; and, for
+    ``gdn_keeping``, when keeping the states at the cuts on the grid inside one forward
+    (:func:`gdn_keeping_difference`) is not exact. Empty when all hold. ``dtype``: a torch dtype or
+    its name; in fp32 ``gdn_keeping`` has nothing to check (SGLang's chunk wrapper, which the GDN
+    extend calls, refuses fp32 inputs). ``kernels``: a namespace with the modules ``chunk``,
+    ``extend_attention`` and ``keeping`` (``patches.gdn_keeps_cuda``); None imports SGLang's and ours."""
     import torch
 
     kernels = kernels or sglang_kernels()
     dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
     generator = torch.Generator(device=device).manual_seed(seed)
     splits = [(cut,) for cut in cuts] + ([tuple(cuts)] if len(cuts) > 1 else [])
+    keep_offsets = [cut for cut in cuts if cut % GRID == 0 and 0 < cut < geometry.tokens]
+    keeping = GDN_KEEPING in checked and keep_offsets and dtype != torch.float32
     reads = {}
-    if GDN_CHUNK in checked:
+    if GDN_CHUNK in checked or keeping:
         gdn = gdn_inputs(geometry, geometry.tokens, dtype, device, generator)
+    if GDN_CHUNK in checked:
         reads[GDN_CHUNK] = (lambda split: gdn_chunk_pieces(kernels.chunk, gdn, split, geometry),
                             ("output", "final state"))
     if EXTEND_ATTENTION in checked:
@@ -100,15 +113,53 @@ def split_invariance_failures(device="cuda", dtype="bfloat16", *, geometry: Geom
             if problem:
                 failures[name] = f"split at {', '.join(map(str, split))}: {problem}"
                 break
+    if keeping:
+        problem = gdn_keeping_difference(kernels, gdn, keep_offsets, geometry)
+        if problem:
+            failures[GDN_KEEPING] = problem
     return failures
 
 
+def gdn_keeping_difference(kernels, inputs, offsets: Sequence[int], geometry: Geometry) -> str:
+    """'' when keeping states inside a forward is exact, else what differs first. One forward of two
+    sequences (a ragged neighbour, then ``inputs``), with keeps of ``inputs``' state at ``offsets``:
+    its outputs, ``h`` and final states are SGLang's forward's without keeps, and each kept state
+    is the final state of SGLang's forward over ``inputs`` cut at its offset."""
+    from patches.state_keeps import StateKeep
+
+    device = inputs[0].device
+    sequences = [tuple(x[:, :min(KEEPING_NEIGHBOUR, x.shape[1])] for x in inputs), inputs]
+    keeps = [StateKeep(1, offset, 2 + i) for i, offset in enumerate(offsets)]
+    results, kept = [], None
+    for with_keeps in (False, True):
+        pool = gdn_state_pool(geometry, 2 + len(keeps), device)
+        call = gdn_call(sequences, pool, [0, 1])
+        if with_keeps:
+            out, _, h = kernels.keeping.chunk_gated_delta_rule_keeping(**call, keeps=keeps)
+            kept = pool
+        else:
+            out, _, h = kernels.chunk.chunk_gated_delta_rule(**call, head_first=False, use_qk_l2norm_in_kernel=True)
+        results.append((out, h, pool[:2]))
+    problem = difference(*results, ("output", "h", "final states"))
+    if problem:
+        return f"keeping at {', '.join(map(str, offsets))}: {problem}"
+    for keep in keeps:
+        ended = gdn_chunk_pieces(kernels.chunk, tuple(x[:, :keep.offset] for x in inputs), (), geometry)[1]
+        problem = difference((ended,), (kept[keep.slot],), (f"the state kept at {keep.offset}",))
+        if problem:
+            return problem
+    return ""
+
+
 def sglang_kernels() -> SimpleNamespace:
-    """SGLang's own kernel modules (imported here, when a check runs)."""
+    """SGLang's own kernel modules, and ours that keeps states with them (imported here, when a
+    check runs)."""
     from sglang.kernels.ops.attention import extend_attention
     from sglang.kernels.ops.attention.fla import chunk
 
-    return SimpleNamespace(chunk=chunk, extend_attention=extend_attention)
+    from patches import gdn_keeps_cuda
+
+    return SimpleNamespace(chunk=chunk, extend_attention=extend_attention, keeping=gdn_keeps_cuda)
 
 
 def difference(expected, got, names) -> str:
@@ -177,21 +228,31 @@ def gdn_chunk(chunk, sequences, pool, slots):
     forward (``chunk_gated_delta_rule_fwd``) without the wrapper."""
     import torch
 
-    parts = [torch.cat([s[i] for s in sequences], dim=1) for i in range(5)]
-    q, k, v, g, beta = parts
+    call = gdn_call(sequences, pool, slots)
+    q, k, v, g, beta, cu_seqlens, indices = (call[name] for name in ("q", "k", "v", "g", "beta", "cu_seqlens",
+                                                                       "initial_state_indices"))
     lengths = [s[0].shape[1] for s in sequences]
-    cu_seqlens = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.long, device=q.device)
-    indices = torch.tensor(slots, dtype=torch.long, device=q.device)
     if q.dtype == torch.float32:
         chunk_indices = chunk.prepare_chunk_indices(cu_seqlens, chunk.CHUNK_SIZE)
         _, out, *_ = chunk.chunk_gated_delta_rule_fwd(
             q=chunk.l2norm_fwd(q), k=chunk.l2norm_fwd(k), v=v, g=g, beta=beta, scale=q.shape[-1] ** -0.5,
             initial_state=pool, initial_state_indices=indices, cu_seqlens=cu_seqlens, chunk_indices=chunk_indices)
     else:
-        out, _, _ = chunk.chunk_gated_delta_rule(q=q, k=k, v=v, g=g, beta=beta, initial_state=pool,
-                                                 initial_state_indices=indices, cu_seqlens=cu_seqlens,
-                                                 head_first=False, use_qk_l2norm_in_kernel=True)
+        out, _, _ = chunk.chunk_gated_delta_rule(**call, head_first=False, use_qk_l2norm_in_kernel=True)
     return list(out.split(lengths, dim=1))
+
+
+def gdn_call(sequences, pool, slots) -> dict:
+    """The keyword arguments SGLang's GDN backend passes ``chunk_gated_delta_rule`` for one forward
+    over ``sequences`` (packed, ``cu_seqlens``), each in its state slot ``slots[i]`` of ``pool``
+    (but ``head_first`` and ``use_qk_l2norm_in_kernel``, which it sets to False and True)."""
+    import torch
+
+    q, k, v, g, beta = (torch.cat([s[i] for s in sequences], dim=1) for i in range(5))
+    lengths = [s[0].shape[1] for s in sequences]
+    cu_seqlens = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.long, device=q.device)
+    return dict(q=q, k=k, v=v, g=g, beta=beta, initial_state=pool, cu_seqlens=cu_seqlens,
+                initial_state_indices=torch.tensor(slots, dtype=torch.long, device=q.device))
 
 
 def gdn_chunk_pieces(chunk, inputs, cuts, geometry: Geometry):
@@ -282,7 +343,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     geometry = model_geometry(args.model, args.tp_size) if args.model else Geometry()
     grid = split_invariance_failures(args.device, args.dtype, geometry=geometry, seed=args.seed)
-    off_grid = split_invariance_failures(args.device, args.dtype, geometry=geometry, cuts=OFF_GRID_CUTS, seed=args.seed)
+    off_grid = split_invariance_failures(args.device, args.dtype, geometry=geometry, cuts=OFF_GRID_CUTS, seed=args.seed,
+                                         checked=SPLIT_KERNELS)
     print(RESULT_PREFIX + json.dumps({"device": args.device, "dtype": args.dtype, "geometry": asdict(geometry),
                                       "grid_cuts": list(GRID_CUTS), "grid_failures": grid,
                                       "off_grid_cuts": list(OFF_GRID_CUTS), "off_grid": off_grid}), flush=True)

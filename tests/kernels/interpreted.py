@@ -54,6 +54,7 @@ FRESH_PREFIXES = (
     "sglang.kernels.ops.attention.rotary_triton",
     "sglang.kernels.ops.mamba.causal_conv1d_triton",
     "sglang.srt.batch_invariant_ops",
+    "patches.gdn_keeps_cuda",  # ours: SGLang's GDN chunk forward keeping fp32 states inside it
 )
 
 # name in the returned namespace -> module
@@ -70,6 +71,7 @@ MODULES = {
     "qk_norm_rope": "sglang.kernels.ops.attention.fused_qk_rmsnorm_rope_gate",
     "mrope": "sglang.kernels.ops.attention.rotary_triton",
     "batch_invariant": "sglang.srt.batch_invariant_ops.batch_invariant_ops",
+    "keeping": "patches.gdn_keeps_cuda",
 }
 
 H100_SM_COUNT = 132

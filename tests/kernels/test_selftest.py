@@ -1,6 +1,8 @@
 """``patches/kernel_selftest.py``, the start-up self-test a CUDA server runs before it serves the kept
 rule, run here on the interpreted kernels: it passes where the tier says the properties hold, and
-names the GDN chunk kernel (only) when asked about splits off the grid, so it can fail."""
+names the GDN chunk kernel (only) when asked about splits off the grid, so it can fail; its
+``gdn_keeping`` check (states kept inside a forward) passes on ``patches/gdn_keeps_cuda.py`` and
+names a keeper that keeps SGLang's bf16 ``h``."""
 
 from __future__ import annotations
 
@@ -11,7 +13,8 @@ import pytest
 import torch
 
 from patches import kernel_selftest
-from patches.kernel_selftest import EXTEND_ATTENTION, GDN_CHUNK, Geometry, bit_equal, split_invariance_failures
+from patches.kernel_selftest import (EXTEND_ATTENTION, GDN_CHUNK, GDN_KEEPING, Geometry, bit_equal,
+                                     split_invariance_failures)
 from tests.kernels.conftest import TINY
 
 SELFTEST = Geometry(tokens=130, gdn_k_heads=1, gdn_v_heads=2, gdn_k_dim=64, gdn_v_dim=32,
@@ -21,6 +24,46 @@ SELFTEST = Geometry(tokens=130, gdn_k_heads=1, gdn_v_heads=2, gdn_k_dim=64, gdn_
 @pytest.mark.parametrize("dtype", [torch.float32, "bfloat16"], ids=str)  # a dtype or its name
 def test_the_grid_holds_for_both_kernels(sgl, dtype):
     assert split_invariance_failures("cpu", dtype, geometry=SELFTEST, cuts=(64,), kernels=sgl) == {}
+
+
+def test_the_keeping_check_runs_and_names_a_keeper_that_keeps_the_bf16_h(sgl):
+    """The check of ``keeps=inside``: the keeping forward runs (once per call, cut 64 on the grid)
+    and holds; a keeper that writes SGLang's ``h`` at the offset widened to fp32 (what
+    ``extra_buffer`` tracking keeps) keeps other bits than the forward that ended there."""
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs["keeps"])
+        return sgl.keeping.chunk_gated_delta_rule_keeping(*args, **kwargs)
+
+    def from_h(*args, keeps, **kwargs):
+        out, none, h = sgl.chunk.chunk_gated_delta_rule(*args, **kwargs, head_first=False,
+                                                        use_qk_l2norm_in_kernel=True)
+        lengths = kwargs["cu_seqlens"].diff().tolist()
+        for keep in keeps:
+            row = sum(-(-n // 64) for n in lengths[:keep.sequence]) + keep.offset // 64
+            kwargs["initial_state"][keep.slot] = h[0, row].float()
+        return out, none, h
+
+    for keeper, expected in ((counted, set()), (from_h, {GDN_KEEPING})):
+        kernels = SimpleNamespace(chunk=sgl.chunk, keeping=SimpleNamespace(chunk_gated_delta_rule_keeping=keeper))
+        failures = split_invariance_failures("cpu", "bfloat16", geometry=SELFTEST, cuts=(64,), kernels=kernels,
+                                             checked=(GDN_KEEPING,))
+        assert set(failures) == expected
+    assert [[(k.sequence, k.offset) for k in keeps] for keeps in calls] == [[(1, 64)]]
+    assert failures[GDN_KEEPING].startswith("the state kept at 64 differs in ")
+
+
+@pytest.mark.parametrize("dtype, cuts", [("float32", (64,)), ("bfloat16", (37,))], ids=["fp32", "off-grid"])
+def test_the_keeping_check_is_not_asked_in_fp32_or_off_the_grid(sgl, dtype, cuts):
+    """fp32: SGLang's chunk wrapper refuses the dtype, so the served extend never keeps in it; a cut
+    off the grid is no keep point."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("the keeping forward ran")
+
+    kernels = SimpleNamespace(chunk=sgl.chunk, keeping=SimpleNamespace(chunk_gated_delta_rule_keeping=refuse))
+    assert split_invariance_failures("cpu", dtype, geometry=SELFTEST, cuts=cuts, kernels=kernels,
+                                     checked=(GDN_KEEPING,)) == {}
 
 
 def test_a_split_off_the_grid_is_reported_for_the_gdn_kernel_only(sgl):
@@ -81,8 +124,9 @@ def test_a_difference_says_what_differs_first():
 def test_the_command_line_prints_one_json_line_and_exits_on_the_grid_verdict(monkeypatch, capsys, grid, status):
     calls = []
 
-    def fake(device, dtype, *, geometry, cuts=kernel_selftest.GRID_CUTS, seed=0, kernels=None, checked=()):
-        calls.append((device, dtype, tuple(cuts)))
+    def fake(device, dtype, *, geometry, cuts=kernel_selftest.GRID_CUTS, seed=0, kernels=None,
+             checked=tuple(kernel_selftest.KERNELS)):
+        calls.append((device, dtype, tuple(cuts), tuple(checked)))
         return grid if tuple(cuts) == kernel_selftest.GRID_CUTS else {GDN_CHUNK: "split at 37: output differs"}
 
     monkeypatch.setattr(kernel_selftest, "split_invariance_failures", fake)
@@ -91,8 +135,8 @@ def test_the_command_line_prints_one_json_line_and_exits_on_the_grid_verdict(mon
     assert line.startswith(kernel_selftest.RESULT_PREFIX)
     report = json.loads(line[len(kernel_selftest.RESULT_PREFIX):])
     assert report["grid_failures"] == grid and report["off_grid"] == {GDN_CHUNK: "split at 37: output differs"}
-    assert calls == [("cuda", "bfloat16", kernel_selftest.GRID_CUTS),
-                     ("cuda", "bfloat16", kernel_selftest.OFF_GRID_CUTS)]
+    assert calls == [("cuda", "bfloat16", kernel_selftest.GRID_CUTS, (GDN_CHUNK, EXTEND_ATTENTION, GDN_KEEPING)),
+                     ("cuda", "bfloat16", kernel_selftest.OFF_GRID_CUTS, (GDN_CHUNK, EXTEND_ATTENTION))]
 
 
 def test_tiers_geometry_uses_the_kernels_tiles():
