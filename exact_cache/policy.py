@@ -8,7 +8,7 @@ from typing import ClassVar
 from exact_cache.config import ExactConfig
 from exact_cache.invariance import invariance_problems
 from exact_cache.rules import bound_in, keep_points_in, keeps_within, resume_point, snapshot_dump_name
-from policy.api import (KERNEL_SPLIT_FAILURES, SPLIT_INVARIANCE, Arrival, Plan, PolicyDefaults, Read, Release,
+from policy.api import (KEEPING_KERNEL, KERNEL_SPLIT_FAILURES, SPLIT_INVARIANCE, Arrival, Plan, PolicyDefaults, Read, Release,
                         Snapshot)
 
 
@@ -64,6 +64,13 @@ class ExactPolicy(PolicyDefaults):
         (the launcher refuses them)."""
         problems = invariance_problems(settings, env, on_cuda, self.config.piece_tokens)
         for kernel, what in (settings.get(KERNEL_SPLIT_FAILURES) or {}).items():
+            if kernel == KEEPING_KERNEL:
+                if self.config.keeps == "inside":
+                    problems.append(
+                        f"keeps=inside needs the GDN prefill to keep, inside a forward, the state a forward that "
+                        f"ended there leaves (docs/exact.md §5.14), and {kernel} does not here: {what}; serve "
+                        "--cache-policy-set keeps=ends instead")
+                continue
             problems.append(
                 f"cut=kept needs kernels that give a row the same bits wherever its forward is split on the "
                 f"64-token grid (docs/exact.md §5.13), and {kernel} does not here: {what}; serve "

@@ -32,12 +32,14 @@ from dataclasses import asdict, dataclass
 from types import SimpleNamespace
 from typing import Sequence
 
+from policy.api import KEEPING_KERNEL
+
 GRID = 64  # the GDN chunk kernel's chunk (sglang.kernels.ops.attention.fla.chunk.CHUNK_SIZE)
 GRID_CUTS = (64, 128, 192)  # each alone, then all together
 OFF_GRID_CUTS = (37, 100)
 GDN_CHUNK = "gdn_chunk"
 EXTEND_ATTENTION = "extend_attention"
-GDN_KEEPING = "gdn_keeping"  # keeps=inside's premise, not the split invariance: refuses keeps=inside only
+GDN_KEEPING = KEEPING_KERNEL  # keeps=inside's premise, not the split invariance: refuses keeps=inside only
 KERNELS = {
     GDN_CHUNK: "sglang.kernels.ops.attention.fla.chunk.chunk_gated_delta_rule",
     EXTEND_ATTENTION: "sglang.kernels.ops.attention.extend_attention.extend_attention_fwd_unified",

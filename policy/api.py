@@ -244,6 +244,9 @@ CHECKPOINT_QUANTIZATION = "checkpoint_quantization"
 # grid (empty: every kernel checked gave the same bits).
 KERNEL_SPLIT_FAILURES = "kernel_split_failures"
 SPLIT_INVARIANCE = "split_invariance"
+# The one entry of KERNEL_SPLIT_FAILURES that is not the split invariance: keeping a state inside a
+# forward (exact's keeps=inside) did not give the state a forward that ended there leaves.
+KEEPING_KERNEL = "gdn_keeping"
 
 
 class PolicyDefaults:

@@ -40,7 +40,8 @@ def judge(checks: Checks, report: dict) -> None:
         checks.expect(False, f"the self-test did not report: {report['error']}")
         return
     grid = report.get("grid_failures", {})
-    checks.expect(grid == {}, "split on the 64-token grid, both kernels are bit-identical to the unsplit read"
+    checks.expect(grid == {}, "split on the 64-token grid, both kernels are bit-identical to the unsplit read, and "
+                  "the GDN prefill keeps inside one forward the states forwards that ended there leave (gdn_keeping)"
                   + ("" if not grid else ": " + "; ".join(f"{k}: {v}" for k, v in sorted(grid.items()))))
     off = report.get("off_grid", {})
     checks.expect(GDN_CHUNK in off, f"off the grid (37, 100) the GDN chunk kernel's bits change, as under the "
@@ -55,4 +56,5 @@ def run(ctx):
     checks = Checks()
     judge(checks, selftest("cuda"))
     return checks.result("kernels", "GDN chunk and unified extend attention: a 64-grid split is bit-identical; "
-                         "a split at 37 changes the GDN kernel's bits")
+                         "states kept inside a forward are the ended forwards'; a split at 37 changes the GDN "
+                         "kernel's bits")

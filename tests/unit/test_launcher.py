@@ -783,6 +783,33 @@ def test_cut_kept_is_refused_on_cuda_unless_the_kernels_hold_split_invariance(
     assert not [r for r in caplog.records if "split invariance" in r.getMessage()]
 
 
+@pytest.mark.parametrize("keeps, refused", [("ends", False), ("inside", True)])
+def test_a_failed_keeping_check_refuses_keeps_inside_only(tmp_path, monkeypatch, capsys, keeps, refused):
+    """The self-test's ``gdn_keeping`` entry (a state kept inside a forward is not the ended forward's)
+    is the premise of ``keeps=inside`` alone: that server exits 2 pointing at keeps=ends, while
+    ``keeps=ends`` on the same kernels starts."""
+    from patches import launch_server
+    from serving import profile
+
+    (tmp_path / "config.json").write_text("{}")
+    failures = {"gdn_keeping": "the state kept at 64 differs from the forward that ended there"}
+    monkeypatch.setattr(launch_server, "split_invariance_failures", lambda args, cuda: failures)
+    monkeypatch.setattr(launch_server, "_torch_sees_a_gpu", lambda: True)
+    for key, value in profile.get("matched").environment(True).items():
+        monkeypatch.setenv(key, value)
+    spec, chosen, server_args = _resolved_server(
+        "exact", ["cut=kept", "message_end=", "piece_tokens=832", f"keeps={keeps}"], True, "auto", tmp_path)
+    if not refused:
+        launch_server._refuse_unsafe_settings(spec, server_args, chosen, True)
+        return
+    with pytest.raises(SystemExit) as stopped:
+        launch_server._refuse_unsafe_settings(spec, server_args, chosen, True)
+    assert stopped.value.code == 2
+    [line] = [line for line in capsys.readouterr().err.splitlines() if line.startswith("  - ")]
+    assert line.startswith("  - keeps=inside needs the GDN prefill to keep") and "gdn_keeping does not here" in line
+    assert line.endswith("keeps=ends instead")
+
+
 def test_the_cpu_engine_answers_for_itself_under_cut_kept(tmp_path):
     """On CPU the answer is the CPU engine's measured property (patches/cpu/platform.py), not a kernel run."""
     import types
