@@ -727,17 +727,27 @@ def test_the_launcher_refuses_a_quantized_kv_cache_for_both_policies(
     monkeypatch.setattr(launch_server, "_torch_sees_a_gpu", lambda: cuda)
     for key, value in profile.get("matched").environment(cuda).items():
         monkeypatch.setenv(key, value)
+    lines = _refusal_lines(spec, server_args, chosen, cuda, capsys)
     if not refused:
-        launch_server._refuse_unsafe_settings(spec, server_args, chosen, cuda)
+        assert lines is None
         return
-    with pytest.raises(SystemExit) as stopped:
-        launch_server._refuse_unsafe_settings(spec, server_args, chosen, cuda)
-    assert stopped.value.code == 2
-    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("  - ")]
     assert lines == [f"  - --kv-cache-dtype {kv}: " + (
         "quantized KV rows are read by kernels outside SGLang's deterministic set" if policy_name == "exact" else
         "SCR re-rotates relocated keys in the pool's dtype, so a quantized key would be rounded back to its format "
         "on every move and drift from a cold read") + "; use --kv-cache-dtype auto (or bf16)"]
+
+
+def _refusal_lines(spec, server_args, chosen, cuda: bool, capsys) -> list[str] | None:
+    """The launcher's start-up check on resolved settings: None when it lets the server start, else
+    the problem lines it printed before exiting 2."""
+    from patches import launch_server
+
+    try:
+        launch_server._refuse_unsafe_settings(spec, server_args, chosen, cuda)
+    except SystemExit as stopped:
+        assert stopped.code == 2
+        return [line for line in capsys.readouterr().err.splitlines() if line.startswith("  - ")]
+    return None
 
 
 # ---------------------------------------------------------------------- the kept rule's kernel guard
@@ -799,13 +809,11 @@ def test_a_failed_keeping_check_refuses_keeps_inside_only(tmp_path, monkeypatch,
         monkeypatch.setenv(key, value)
     spec, chosen, server_args = _resolved_server(
         "exact", ["cut=kept", "message_end=", "piece_tokens=832", f"keeps={keeps}"], True, "auto", tmp_path)
+    lines = _refusal_lines(spec, server_args, chosen, True, capsys)
     if not refused:
-        launch_server._refuse_unsafe_settings(spec, server_args, chosen, True)
+        assert lines is None
         return
-    with pytest.raises(SystemExit) as stopped:
-        launch_server._refuse_unsafe_settings(spec, server_args, chosen, True)
-    assert stopped.value.code == 2
-    [line] = [line for line in capsys.readouterr().err.splitlines() if line.startswith("  - ")]
+    [line] = lines
     assert line.startswith("  - keeps=inside needs the GDN prefill to keep") and "gdn_keeping does not here" in line
     assert line.endswith("keeps=ends instead")
 
