@@ -23,8 +23,9 @@ STEPS = (
     Step("radix", radix.run, 60, "radix under the serving profile: turn 2 hits, events written"),
     Step("exact-64", exact.run_64, 105, "exact, piece 64: warm = cold bit for bit, alone and beside 1 and 3 neighbours"),
     Step("exact-832", exact.run_832, 75, "exact, piece 832: warm = cold bit for bit, alone and beside 1 and 3 neighbours"),
-    Step("exact-kept", exact.run_kept, 90, "exact, cut=kept (the start-up self-test guard held): warm reads resumed "
-         "where no cold read ends a forward = cold bit for bit, alone and beside 1 and 3 neighbours"),
+    Step("exact-kept", exact.run_kept, 90, "exact, cut=kept keeps=inside (the start-up self-test guard held): warm "
+         "reads resumed from states kept inside forwards, where no cold read ends a forward = cold bit for bit, "
+         "alone and beside 1 and 3 neighbours"),
     Step("scr", scr.run, 100, "scr with CUDA graphs: an edited turn relocates with no fallback"),
 )
 NAMES = tuple(step.name for step in STEPS)

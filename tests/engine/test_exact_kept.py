@@ -8,8 +8,8 @@ alone and beside 1 and 3 decoding neighbours; an edit, a deleted message, an app
 
 This holds only where the engine's kernels give a row the same bits whatever forward read it (the
 kept rule's premise, docs/exact.md §5.13): a warm read here runs other forwards than the cold read.
-The matrix runs on a ``keeps=inside`` server (states kept inside forwards, §5.14); a ``keeps=ends``
-server runs three of its cases, the long read and where its forwards end.
+The matrix runs on a ``keeps=inside`` server (states kept inside forwards, docs/exact.md §5.14);
+a ``keeps=ends`` server runs three of its cases, the long read and where its forwards end.
 
 One server for the module, on the long-context variant of the tiny model (the same weights, 131,072
 positions), so the 8,400-token case needs no server of its own; a state pool of 160 slots holds a
