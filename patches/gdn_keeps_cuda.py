@@ -1,7 +1,7 @@
 """States kept inside a GDN prefill forward on CUDA, exactly (exact's ``keeps=inside``; issue 35
 item 5; docs/exact.md §6).
 
-SGLang's GDN extend (``GdnTritonKernel.extend``) calls ``chunk_gated_delta_rule``, whose h kernel
+SGLang's GDN extend (``TritonGDNKernel.extend``) calls ``chunk_gated_delta_rule``, whose h kernel
 (``chunk_gated_delta_rule_fwd_kernel_h_blockdim64``) carries each sequence's recurrent state in
 fp32 through its 64-token chunks, stores the state at the start of every chunk into ``h`` and the
 final state into the pool. ``h`` is allocated in the inputs' dtype (bf16 on a served model), so the
@@ -119,7 +119,7 @@ def _fp32_h(pool: torch.Tensor, rows: Sequence[int], slots: Sequence[int]):
 def chunk_gated_delta_rule_keeping(q, k, v, g, beta, *, initial_state, initial_state_indices, cu_seqlens,
                                    keeps: Sequence[StateKeep], scale=None, head_first=False,
                                    use_qk_l2norm_in_kernel=True):
-    """SGLang's ``chunk_gated_delta_rule`` (as ``GdnTritonKernel.extend`` calls it): the same
+    """SGLang's ``chunk_gated_delta_rule`` (as ``TritonGDNKernel.extend`` calls it): the same
     arguments, the same ``(o, None, h)`` and the same final states written into
     ``initial_state[initial_state_indices[i]]``, bit for bit; and for each ``StateKeep`` the fp32
     state after ``keep.offset`` tokens of sequence ``keep.sequence`` (cu_seqlens order) written into

@@ -55,7 +55,7 @@ def _bf16_neighbour(got, exact) -> bool:
 
 def _read_with_h(chunk, inputs):
     """One forward over the whole sequence from a zero state, as the GDN backend's extend calls the
-    kernel in bf16 (``GdnTritonKernel.extend``: ``chunk_gated_delta_rule`` with the pool and its
+    kernel in bf16 (``TritonGDNKernel.extend``: ``chunk_gated_delta_rule`` with the pool and its
     indices): ``(output, final state, h)``, ``h`` as the backend receives it, ``[1, chunks, Hv, V, K]``."""
     q, k, v, g, beta = inputs
     pool = gdn_state_pool(TINY, 1, "cpu")
