@@ -56,11 +56,13 @@ class InnerKeeps:
         for sequence, req in enumerate(reqs):
             start, end = len(req.prefix_indices), len(req.get_fill_ids())
             points = self.tree.executor.inner_keeps(req, start, end)
-            slots = self.alloc(len(points)) if points else None
-            if points and slots is None:
+            if not points:
+                continue
+            slots = self.alloc(len(points))
+            if slots is None:
                 self.tree.executor.keep_dropped(req, points[0][0], "no free state slot")
                 continue
-            physical = self.tree.req_to_token_pool.translate_mamba_indices(slots) if points else None
+            physical = self.tree.req_to_token_pool.translate_mamba_indices(slots)
             for j, (position, kind) in enumerate(points):
                 keeps.append(StateKeep(sequence, position - start, int(physical[j])))
                 self.armed.setdefault(req.rid, []).append((position, kind, slots[j]))

@@ -53,9 +53,7 @@ def install(register, on_cuda: bool) -> None:
         if keeps:
             if forward_batch.forward_mode.is_target_verify():
                 raise RuntimeError("states kept inside a forward: not under speculative verify")
-            metadata = backend.forward_metadata
-            starts = metadata.query_start_loc.tolist()
-            state_keeps.check(keeps, starts)
+            starts = state_keeps.forward_starts(backend.forward_metadata.query_start_loc.tolist)
             cache = backend.req_to_token_pool.mamba2_layer_cache(layer.layer_id)
             if not cache.conv[0].is_contiguous() or not cache.temporal.is_contiguous():
                 raise RuntimeError("states kept inside a forward: the state pool is not contiguous")
@@ -67,8 +65,9 @@ def install(register, on_cuda: bool) -> None:
         if not keeps:
             return original(kernel, q, k, v, g, beta, ssm_states=ssm_states, cache_indices=cache_indices,
                             query_start_loc=query_start_loc, **kwargs)
-        return keeping_prefill(on_cuda)(q=q, k=k, v=v, g=g, beta=beta, initial_state=ssm_states, initial_state_indices=cache_indices,
-                       cu_seqlens=query_start_loc, keeps=keeps, head_first=False, use_qk_l2norm_in_kernel=True)
+        return keeping_prefill(on_cuda)(q=q, k=k, v=v, g=g, beta=beta, initial_state=ssm_states,
+                                        initial_state_indices=cache_indices, cu_seqlens=query_start_loc,
+                                        keeps=keeps, head_first=False, use_qk_l2norm_in_kernel=True)
 
     register(FORWARD_EXTEND, forward_extend, "around")
     register(KERNEL_EXTEND, kernel_extend, "around")

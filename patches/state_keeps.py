@@ -28,6 +28,7 @@ class StateKeep(NamedTuple):
 
 
 _pending: tuple[StateKeep, ...] = ()
+_starts: list[int] | None = None  # the running forward's query_start_loc, read once (checked) by its first layer
 
 
 def pending() -> tuple[StateKeep, ...]:
@@ -36,8 +37,20 @@ def pending() -> tuple[StateKeep, ...]:
 
 
 def set_pending(keeps: Sequence[StateKeep]) -> None:
-    global _pending
-    _pending = tuple(keeps)
+    global _pending, _starts
+    _pending, _starts = tuple(keeps), None
+
+
+def forward_starts(read) -> list[int]:
+    """Where each sequence of the running forward starts (its ``query_start_loc`` as ints): ``read()``
+    at the first GDN layer, the pending keeps checked against it (``check``), then the same list for
+    every other layer, so a forward reads it from the device and checks its keeps once."""
+    global _starts
+    if _starts is None:
+        starts = read()
+        check(_pending, starts)
+        _starts = starts
+    return _starts
 
 
 def clear() -> None:

@@ -120,14 +120,15 @@ class Plan:
             raise ValueError(f"plan {self.rid}: resume {self.resume} outside [0, {prompt_len}]")
         if self.resume_limit is not None and not self.resume <= self.resume_limit <= prompt_len:
             raise ValueError(f"plan {self.rid}: resume limit {self.resume_limit} outside [{self.resume}, {prompt_len}]")
-        cursor, seen, previous = self.resume, set(), None
-        read, kept_to = None, None  # the Read the next Snapshot may follow, and its last Snapshot
+        cursor, previous = self.resume, None
+        # The Read the next Snapshot may follow, and its last Snapshot: Reads tile the prompt in
+        # order and a Read's Snapshots ascend, so no two Snapshots of a plan can share a position.
+        read, kept_to = None, None
         for step in self.steps:
             if isinstance(step, Snapshot):
-                if (read is None or not read.start < step.at <= read.end or step.at in seen
+                if (read is None or not read.start < step.at <= read.end
                         or (kept_to is not None and step.at <= kept_to)):
                     raise ValueError(f"plan {self.rid}: snapshot at {step.at} is not within the read forward before it")
-                seen.add(step.at)
                 kept_to = step.at
             elif isinstance(step, Restore):
                 if not isinstance(previous, Relocate) or step.at != cursor:

@@ -359,7 +359,7 @@ def _prefill_sequences(q, k, v, g, beta, scale: float, states, slots, cu_seqlens
         if slot == PAD_SLOT_ID or end == start:
             continue
         state = states[slot].transpose(-1, -2)  # [HV, V, K] -> [HV, K, V]
-        wanted = {keep.offset: keep.slot for keep in keeps if keep.sequence == i}
+        wanted = state_keeps.for_sequence(keeps, i)
 
         def keep_at(offset, kept, wanted=wanted):
             if offset in wanted:
