@@ -191,6 +191,15 @@ def assert_cold_keys_and_values(server, req, positions):
             assert torch.equal(values[slot], vector(token, layer, 1).to(torch.float32)), position
 
 
+def finish_cold_equal(server, req) -> None:
+    """Admit ``req``, read the rest of its prompt, release it; every row of its prompt then holds
+    what a cold read writes there."""
+    server.admit(req)
+    server.forward(req)
+    server.release(req)
+    assert_cold_keys_and_values(server, req, range(len(req.origin_input_ids)))
+
+
 def first_turn(server) -> Req:
     first = Req("t.1", FIRST)
     server.serve(first, torch.empty(0, dtype=torch.int64))
@@ -217,10 +226,7 @@ def test_relocated_rows_hold_the_keys_a_cold_read_writes_at_their_new_positions(
     server.enqueue(second)
     server.match(second, server.slots_of(first, AT))  # the tree holds the first turn's prefix
     assert len(second.prefix_indices) == AT + ROWS and second.skip_radix_cache_insert  # relocated before admission
-    server.admit(second)
-    server.forward(second)  # reads only [60, 70)
-    server.release(second)
-    assert_cold_keys_and_values(server, second, range(len(SECOND)))
+    finish_cold_equal(server, second)  # reads only [60, 70)
     # The rotary rule is what makes them right: without re-rotation a moved key keeps its old position.
     moved = server.slots_of(second, AT + ROWS)[AT:]
     for layer, (keys, _) in server.pool.kv.items():
@@ -244,10 +250,7 @@ def test_a_request_not_admitted_gives_the_slots_back_and_relocates_at_its_next_p
     assert server.alloc.available_size() == free and len(second.prefix_indices) == AT
     assert not second.skip_radix_cache_insert and second.cached_tokens == 0
     server.match(second, server.slots_of(first, AT))
-    server.admit(second)
-    server.forward(second)
-    server.release(second)
-    assert_cold_keys_and_values(server, second, range(len(SECOND)))
+    finish_cold_equal(server, second)
     assert (server.event("t.2").moved, server.event("t.2").prefix_reused) == (ROWS, AT)
 
 
@@ -259,10 +262,7 @@ def test_side_rows_replaced_since_the_plan_are_not_moved_and_the_prompt_is_read(
     server.serve(Req("other", tokens(3, 64)), torch.empty(0, dtype=torch.int64))  # its rows replace the slot's
     server.match(second, server.slots_of(first, AT))
     assert len(second.prefix_indices) == AT
-    server.admit(second)
-    server.forward(second)
-    server.release(second)
-    assert_cold_keys_and_values(server, second, range(len(SECOND)))
+    finish_cold_equal(server, second)
     event = server.event("t.2")
     assert (event.prefix_reused, event.moved, event.read) == (AT, 0, len(SECOND) - AT)
 
@@ -276,8 +276,5 @@ def test_a_match_short_of_the_gap_reads_the_prompt_from_there(tmp_path, monkeypa
     server.enqueue(second)
     server.match(second, server.slots_of(first, tree_hit))
     assert len(second.prefix_indices) == tree_hit
-    server.admit(second)
-    server.forward(second)
-    server.release(second)
-    assert_cold_keys_and_values(server, second, range(len(SECOND)))
+    finish_cold_equal(server, second)
     assert (server.event("t.2").moved, server.event("t.2").read) == (0, len(SECOND) - tree_hit)
