@@ -13,8 +13,8 @@ Around each forward of the scheduler (``Scheduler.run_batch``):
    would have left. The request keeps its own rows after the point. This runs before SGLang's
    result processing, whose ``cache_unfinished_req`` then handles the forward's end as before.
 
-A keep that cannot be armed (no free slot even after eviction) or committed is dropped and
-counted in the request's event (``fallback``); a dropped keep only means a later prompt resumes
+A keep that cannot be armed (no free slot even after eviction, or any failure before the forward)
+or committed is dropped and counted in the request's event (``fallback``); a dropped keep only means a later prompt resumes
 earlier, never other bits.
 """
 
@@ -54,19 +54,30 @@ class InnerKeeps:
     def arm(self, reqs) -> None:
         keeps: list[StateKeep] = []
         for sequence, req in enumerate(reqs):
-            start, end = len(req.prefix_indices), len(req.get_fill_ids())
-            points = self.tree.executor.inner_keeps(req, start, end)
-            if not points:
-                continue
-            slots = self.alloc(len(points))
-            if slots is None:
-                self.tree.executor.keep_dropped(req, points[0][0], "no free state slot")
-                continue
-            physical = self.tree.req_to_token_pool.translate_mamba_indices(slots)
-            for j, (position, kind) in enumerate(points):
-                keeps.append(StateKeep(sequence, position - start, int(physical[j])))
-                self.armed.setdefault(req.rid, []).append((position, kind, slots[j]))
+            try:
+                keeps += self.arm_request(sequence, req)
+            except Exception as exc:  # noqa: BLE001 - a keep not armed is safe; tell the event
+                self.tree.executor.keep_dropped(req, None, f"{type(exc).__name__}: {exc}")
         state_keeps.set_pending(keeps)
+
+    def arm_request(self, sequence: int, req) -> list[StateKeep]:
+        """Slots for the keep points inside ``req``'s forward (``sequence``: its place in the
+        batch), armed for ``commit``; its keeps for the GDN layers."""
+        start, end = len(req.prefix_indices), len(req.get_fill_ids())
+        points = self.tree.executor.inner_keeps(req, start, end)
+        if not points:
+            return []
+        slots = self.alloc(len(points))
+        if slots is None:
+            self.tree.executor.keep_dropped(req, points[0][0], "no free state slot")
+            return []
+        try:
+            physical = self.tree.req_to_token_pool.translate_mamba_indices(slots).tolist()
+        except BaseException:
+            self.tree.req_to_token_pool.mamba_allocator.free(slots)
+            raise
+        self.armed[req.rid] = [(position, kind, slots[j]) for j, (position, kind) in enumerate(points)]
+        return [StateKeep(sequence, position - start, physical[j]) for j, (position, _) in enumerate(points)]
 
     def alloc(self, count: int) -> torch.Tensor | None:
         allocator = self.tree.req_to_token_pool.mamba_allocator

@@ -274,10 +274,11 @@ class PolicyExecutor:
         tracked = self._tracked.get(req.rid)
         return tracked.inner_keeps(start, end) if tracked is not None else []
 
-    def keep_dropped(self, req, position: int, reason: str) -> None:
-        """A keep inside a forward was not made (a later prompt resumes earlier; no other bits):
-        logged, and the request's event carries the reason."""
-        self._failed(req.rid, "keep", "no_snapshot", RuntimeError(f"keep at {position}: {reason}"))
+    def keep_dropped(self, req, position: int | None, reason: str) -> None:
+        """A keep inside a forward (at ``position``; None: all of the forward's) was not made (a later
+        prompt resumes earlier; no other bits): logged, and the request's event carries the reason."""
+        where = f"keep at {position}" if position is not None else "keeps of the forward"
+        self._failed(req.rid, "keep", "no_snapshot", RuntimeError(f"{where}: {reason}"))
 
     # ------------------------------------------------------------------ the request leaves
 
