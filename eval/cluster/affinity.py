@@ -15,6 +15,7 @@ exact cache's reuse unpredictable from the trace alone.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from typing import Iterable, Mapping
 
@@ -71,3 +72,45 @@ def load(where: Mapping[str, str], workers: Iterable[str]) -> dict[str, dict[str
         for worker in served:
             result[worker]["conversations"] += 1
     return result
+
+
+# ---------------------------------------------------------------- the router's own count of its choices
+#
+# sglang-router's Prometheus endpoint (``--prometheus-port``) counts every choice of its manual
+# policy in one counter, a line per branch, as
+#
+#     smg_manual_policy_branch_total{branch="<branch>"[,<other labels>]} <count>
+#
+# with <branch> one of ``vacant`` (a key seen for the first time, given a new worker),
+# ``occupied_hit`` (a known key sent to the worker it is pinned to), ``occupied_miss`` (a known
+# key whose worker is unhealthy, moved), ``no_routing_id`` (no header: a random worker) and
+# ``no_healthy_workers``. A healthy run of C conversations and N calls reads C vacant and N - C
+# occupied hits and nothing else: that is affinity seen from the router, whatever the split
+# between workers (which the ``min_group`` mode decides from the keys *in flight* at that moment,
+# so it is not promised).
+
+MANUAL_BRANCH_METRIC = "smg_manual_policy_branch_total"
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def manual_branches(metrics_text: str) -> dict[str, int]:
+    """Branch -> count from the router's Prometheus text (lines of other metrics, comments and a
+    missing counter give an empty map; the same branch on several label sets is summed; a branch
+    counted 0 is left out)."""
+    counts: dict[str, int] = defaultdict(int)
+    for line in metrics_text.splitlines():
+        if not line.startswith(MANUAL_BRANCH_METRIC + "{"):
+            continue
+        labels, _, value = line[len(MANUAL_BRANCH_METRIC) + 1:].rpartition("}")
+        branch = dict(_LABEL.findall(labels)).get("branch")
+        if branch is not None:
+            counts[branch] += int(float(value.split()[0]))
+    return {branch: n for branch, n in counts.items() if n}
+
+
+def affinity_branches(conversations: int, calls: int) -> dict[str, int]:
+    """What ``manual_branches`` reads after ``calls`` calls of ``conversations`` conversations, each
+    with its key, all workers healthy: one new key per conversation, every other call a hit
+    (a branch of 0 left out, as there)."""
+    expected = {"vacant": conversations, "occupied_hit": calls - conversations}
+    return {branch: n for branch, n in expected.items() if n}

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 from eval.arms import Arm
-from eval.cluster.affinity import load, routing_key, served_by, split_conversations
+from eval.cluster.affinity import load, manual_branches, routing_key, served_by, split_conversations
 from eval.cluster.cluster import Cluster
 from eval.server import request_events, wait_for_events_in
 
@@ -219,6 +219,7 @@ def run_cluster(arm: Arm | str, model_dir: Path, calls, out: Path, workers: int,
         replay(send, calls, out, run, concurrency, progress=sys.stderr)
         wall = time.monotonic() - started
         events = wait_for_events_in(cluster.events_paths(), [c.rid(run) for c in calls], timeout=60.0)
+        metrics = cluster.router_metrics()
     finally:
         cluster.stop()
     rows, failures = ingest(list(cluster.events_paths().values()), out / "report", client_path=out / "client.jsonl",
@@ -229,6 +230,7 @@ def run_cluster(arm: Arm | str, model_dir: Path, calls, out: Path, workers: int,
               "serving_profile": arm.serving_profile,
               "workers": workers, "replay_s": round(wall, 1),
               "checks_failed": failures, "server_args": args, "fatal_lines": cluster.fatal_lines(),
+              "router_branches": manual_branches(metrics) if metrics is not None else None,
               **measure(arm.policy, calls, run, events, single_events, grid)}
     (out / "cluster.json").write_text(json.dumps(result, indent=2) + "\n")
     return result
@@ -330,11 +332,13 @@ def failed(results: dict[str, dict]) -> list[str]:
 
 def manual_problems(name: str, r: dict) -> list[str]:
     """The rules that hold only under conversation affinity (``failed``): no split conversation,
-    and for radix / scr the shares within 1 point of the prediction (exact's per-call equality is
+    no call routed without its key (the router's own count, when it answered), and for radix / scr the shares within 1 point of the prediction (exact's per-call equality is
     the stronger rule, checked for every run)."""
     problems = []
     if r["split_conversations"]:
         problems.append(f"{name}: conversations split: {r['split_conversations'][:5]}")
+    if (r.get("router_branches") or {}).get("no_routing_id"):
+        problems.append(f"{name}: {r['router_branches']['no_routing_id']} calls reached the router without a routing key")
     if r.get("policy") == "exact":
         if "exact_prediction" not in r:
             problems.append(f"{name}: no per-worker exact prediction")

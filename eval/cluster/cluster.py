@@ -89,6 +89,7 @@ class Cluster:
     env: dict[str, str] = field(default_factory=dict)
     gpus_per_worker: int = 0  # 0: CPU placement (cores split between workers); K: --base-gpu-id i*K
     port: int = field(default_factory=free_port)
+    metrics_port: int = field(default_factory=free_port)  # the router's Prometheus endpoint
     servers: list[ServerProcess] = field(default_factory=list)
     router: subprocess.Popen | None = None
 
@@ -131,7 +132,7 @@ class Cluster:
                 future.result()
 
     def _start_router(self) -> None:
-        cmd = router_command(self.port, [s.url for s in self.servers], self.router_policy, free_port(),
+        cmd = router_command(self.port, [s.url for s in self.servers], self.router_policy, self.metrics_port,
                              self.router_args)
         self.out.mkdir(parents=True, exist_ok=True)
         with open(self.out / "router.log", "wb") as log:
@@ -144,6 +145,12 @@ class Cluster:
                 return
             time.sleep(0.5)
         raise TimeoutError(f"router not ready after {READY_TIMEOUT_S:.0f}s:\n{self.router_log_tail()}")
+
+    def router_metrics(self) -> str | None:
+        """The router's Prometheus text (``eval.cluster.affinity.manual_branches`` reads its manual
+        policy's choices from it), or None when it does not answer."""
+        answer = http.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10)
+        return answer.body if answer.ok and isinstance(answer.body, str) else None
 
     def router_log_tail(self, lines: int = 30) -> str:
         path = self.out / "router.log"

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from eval.cluster.affinity import (ROUTING_HEADER, affinity_headers, load, routing_key, served_by,
-                                   split_conversations, workers_per_conversation)
+from eval.cluster.affinity import (ROUTING_HEADER, affinity_branches, affinity_headers, load, manual_branches,
+                                   routing_key, served_by, split_conversations, workers_per_conversation)
 from eval.cluster.bench import failed, max_gap_points, table
 from eval.cluster.cluster import router_command
 
@@ -86,13 +86,13 @@ def _arm(shares, replay_s, **extra):
 
 
 def _results(cluster_shares=(0.5, 0.2, 0.3), split=(), equal=10, lost=(), policy="exact",
-             predicted=(0.5, 0.2, 0.3)):
+             predicted=(0.5, 0.2, 0.3), branches=None):
     exact = policy == "exact"
     single = _arm((0.5, 0.2, 0.3), 100.0, policy=policy,
                   **({"exact_prediction": {"equal": 10, "calls": 10}} if exact else {}))
     cluster = _arm(cluster_shares, 80.0, policy=policy, router_policy="manual", split_conversations=list(split),
                    conversations=4, load={"worker-0": {"calls": 6}, "worker-1": {"calls": 4}},
-                   lost_calls=list(lost), predicted_shares=_shares(predicted),
+                   lost_calls=list(lost), predicted_shares=_shares(predicted), router_branches=branches,
                    **({"exact_prediction": {"equal": equal, "calls": 10}} if exact else {}))
     return {policy: {"single": single, "2w-manual": cluster}}
 
@@ -112,6 +112,8 @@ def test_gap_in_points():
     ({"cluster_shares": (0.48, 0.2, 0.32), "predicted": (0.48, 0.2, 0.32), "policy": "radix"}, None),
     ({"cluster_shares": (0.48, 0.2, 0.32), "policy": "radix"}, "more than 1 point from the prediction"),
     ({"cluster_shares": (0.48, 0.2, 0.32), "predicted": (0.489, 0.2, 0.311), "policy": "scr"}, None),  # 0.9 points
+    ({"branches": {"vacant": 4, "occupied_hit": 6}}, None),
+    ({"branches": {"vacant": 4, "occupied_hit": 5, "no_routing_id": 1}}, "1 calls reached the router without"),
 ])
 def test_failed_rules(kwargs, problem):
     problems = failed(_results(**kwargs))
@@ -235,3 +237,34 @@ def test_trace_sizes_round_the_context_and_sum_the_pool():
     calls = [TraceCall("a", 0, [1] * 9000, [2] * 100), TraceCall("a", 1, [1] * 100, [])]
     assert trace_sizes(calls) == (9216, 9200 + 9216)  # 9,100 + 64 rounded up to a multiple of 1,024
     assert trace_sizes([TraceCall("b", 0, [1] * 10, [2])]) == (8192, 11 + 8192)  # at least 8,192
+
+
+METRICS = """# HELP smg_manual_policy_branch_total Manual policy execution branches
+# TYPE smg_manual_policy_branch_total counter
+smg_manual_policy_branch_total{branch="vacant"} 4
+smg_manual_policy_branch_total{branch="occupied_hit"} 8
+smg_manual_policy_branch_total{branch="occupied_miss"} 0
+smg_manual_policy_cache_entries 4
+smg_manual_policy_branch_totals{branch="vacant"} 99
+smg_worker_health{worker="http://127.0.0.1:1"} 1
+"""
+
+
+def test_manual_branches_reads_the_counter_only():
+    assert manual_branches(METRICS) == {"vacant": 4, "occupied_hit": 8}
+    assert manual_branches("") == {}
+    assert manual_branches("smg_worker_health 1\n") == {}
+
+
+def test_manual_branches_sums_label_sets_and_reads_float_values():
+    text = ('smg_manual_policy_branch_total{model="m",branch="occupied_hit"} 3\n'
+            'smg_manual_policy_branch_total{branch="occupied_hit",model="n"} 2.0 1700000000\n')
+    assert manual_branches(text) == {"occupied_hit": 5}
+
+
+@pytest.mark.parametrize("conversations, calls, branches", [
+    (4, 12, {"vacant": 4, "occupied_hit": 8}),
+    (1, 1, {"vacant": 1}),
+])
+def test_affinity_branches(conversations, calls, branches):
+    assert affinity_branches(conversations, calls) == branches
