@@ -53,7 +53,10 @@ def install() -> None:
 
     use_cpu = not cpu_platform.cuda_available()
     if use_cpu:
-        cpu_platform.install(register)
+        try:
+            cpu_platform.install(register)
+        except ValueError as exc:  # a bad CACHE_POLICY_CPU_START_METHOD
+            raise fail(str(exc)) from None
     from patches import validation  # request checks before the scheduler, for every policy and none
 
     validation.install(register)

@@ -16,6 +16,14 @@ uses SGLang's *generic* device path and fills its gaps (``docs/cpu.md`` §3,
 | cuda graphs, extra_buffer mamba cache, multimodal)     | CPU values for settings the user left unset             |
 | ``torchvision`` imported by ``import sglang``          | ``patches.cpu.preimport`` (must run before sglang)      |
 
+Not a gap, a cost: SGLang starts its scheduler and detokenizer processes with ``spawn`` (needed
+with CUDA), and each spawned process imports SGLang again: about 10 s of a 2-core box's ~30 s
+start-up. Without CUDA nothing forbids ``fork``, so an AFTER hook on the function that sets the
+start method sets ``fork`` instead (``CACHE_POLICY_CPU_START_METHOD=spawn`` keeps SGLang's). At
+that point the launcher has one Python thread and no ZMQ socket, CUDA context or OpenMP team;
+the children inherit the imported modules and this overlay (they do not print its installed
+line again) and build their own sockets, pools and policy objects as under spawn.
+
 extra_buffer (SGLang's default mamba strategy) copies recurrent states out of the GDN kernel's
 per-chunk ``h`` tensor, which the torch kernels do not produce; it is refused on CPU with a
 message, and ``auto`` resolves to no_buffer (exact copies at forward ends).
@@ -76,6 +84,12 @@ CPU_SERVER_DEFAULTS: tuple[tuple[str, object, object], ...] = (
 # tests/reference/test_split_invariance.py, and tests/engine/test_exact_kept.py checks warm = cold.
 SPLIT_INVARIANCE_FAILURES: dict[str, str] = {}
 
+# Where SGLang sets its multiprocessing start method (``mp.set_start_method("spawn", force=True)``
+# at its end), called once by the launcher before any child process starts.
+ENGINE_CONFIG = "sglang.srt.entrypoints.engine._set_envs_and_config"
+START_METHOD_ENV = "CACHE_POLICY_CPU_START_METHOD"
+START_METHODS = ("fork", "spawn")  # the first is the default on CPU
+
 # The recurrent conv window is stored in this dtype (SGLang defaults it to bf16); keeping it
 # in the activation dtype makes a state saved at a forward end lossless on CPU, as bf16 is on GPU.
 CONV_STATE_DTYPE_ENV = "SGLANG_MAMBA_CONV_DTYPE"
@@ -132,6 +146,32 @@ def apply_cpu_server_defaults(server_args) -> list[str]:
     return changed
 
 
+def start_method(environ=os.environ) -> str:
+    """The start method for SGLang's child processes on CPU, from ``CACHE_POLICY_CPU_START_METHOD``
+    (default ``fork``); raises ``ValueError`` naming the variable for any other value."""
+    value = environ.get(START_METHOD_ENV, START_METHODS[0])
+    if value not in START_METHODS:
+        raise ValueError(f"{START_METHOD_ENV}={value!r}: choose one of {', '.join(START_METHODS)}")
+    return value
+
+
+def register_start_method(register, environ=os.environ) -> list[str]:
+    """Under ``fork``, the AFTER hook where SGLang sets ``spawn``; under ``spawn``, nothing.
+    Returns the targets registered."""
+    if start_method(environ) != "fork":
+        return []
+    register(ENGINE_CONFIG, _fork_after_engine_config, "after")
+    return [ENGINE_CONFIG]
+
+
+def _fork_after_engine_config(result, *args, **kwargs):
+    """AFTER ``_set_envs_and_config``: replace the ``spawn`` it set with ``fork``."""
+    import multiprocessing
+
+    multiprocessing.set_start_method("fork", force=True)
+    return None
+
+
 def _server_args_before_post_init(self, *args, **kwargs):
     changed = apply_cpu_server_defaults(self)
     if changed:
@@ -181,7 +221,8 @@ def _drop_pin_memory() -> None:
 def install(register) -> list[str]:
     """Install CPU support; ``register(target, hook, kind)`` registers a HookRegistry hook.
 
-    Returns the dotted targets registered, for ``patches.verify``.
+    Returns the dotted targets registered, for ``patches.verify``. Raises ``ValueError`` for a
+    start method other than fork or spawn (``start_method``).
     """
     os.environ["SGLANG_DISABLE_FUSED_MAMBA_SLOT_OPS"] = "1"
     _install_vllm_rotary_module()
@@ -196,6 +237,7 @@ def install(register) -> list[str]:
 
     register(attention.TARGET, attention.around_forward_extend, "around")
     targets.append(attention.TARGET)
+    targets += register_start_method(register)
     return targets
 
 

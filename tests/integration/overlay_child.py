@@ -73,6 +73,8 @@ def expected_targets(policy: bool | None = None) -> list[str]:
     from patches.cpu import platform as cpu_platform
 
     targets = [t for t, _ in cpu_platform.KERNEL_REPLACEMENTS] + [cpu_platform.SERVER_ARGS_POST_INIT, cpu_attention.TARGET]
+    if cpu_platform.start_method() == "fork":
+        targets.append(cpu_platform.ENGINE_CONFIG)
     targets += list(validation.TARGETS) + list(routes.TARGETS)
     if policy or (policy is None and os.environ.get("CACHE_POLICY_SPEC")):
         targets += [policy_targets.REQ_MATCHED, policy_targets.RELEASE_KV, policy_targets.SCHEDULER_IDLE,

@@ -37,6 +37,7 @@ POLICY_TARGETS = {targets.REQ_MATCHED, targets.RELEASE_KV, targets.SCHEDULER_IDL
 CPU_TARGETS = {target for target, _ in cpu_platform.KERNEL_REPLACEMENTS} | {
     cpu_platform.SERVER_ARGS_POST_INIT,
     cpu_attention.TARGET,
+    cpu_platform.ENGINE_CONFIG,  # fork, the default start method on CPU (the children drop the variable)
 }
 # request checks and the open routes' hook: installed with or without a policy
 VALIDATION_TARGETS = set(validation.TARGETS) | set(routes.TARGETS)
@@ -50,7 +51,8 @@ class Child:
     """One scenario process; started at once, read on first ``result()``."""
 
     def __init__(self, scenario: str, spec: str | None, args: tuple[str, ...] = ()):
-        env = {k: v for k, v in os.environ.items() if k not in (SPEC_ENV, "SGLANG_PLUGINS", "SGLANG_MAMBA_CONV_DTYPE")}
+        env = {k: v for k, v in os.environ.items()
+               if k not in (SPEC_ENV, "SGLANG_PLUGINS", "SGLANG_MAMBA_CONV_DTYPE", cpu_platform.START_METHOD_ENV)}
         env["HF_HUB_OFFLINE"] = "1"
         if spec is not None:
             env[SPEC_ENV] = spec
@@ -135,13 +137,13 @@ def _check_discovery(result: ChildResult, expected: set[str], policy: str) -> No
 
 def test_entry_point_installs_policy_and_cpu_hooks(children):
     result = children["policy"].result()
-    assert len(POLICY_TARGETS | CPU_TARGETS | VALIDATION_TARGETS) == 24
+    assert len(POLICY_TARGETS | CPU_TARGETS | VALIDATION_TARGETS) == 25
     _check_discovery(result, POLICY_TARGETS | CPU_TARGETS | VALIDATION_TARGETS, policy="radix")
 
 
 def test_entry_point_without_spec_installs_only_cpu_hooks(children):
     result = children["stock"].result()
-    assert len(CPU_TARGETS | VALIDATION_TARGETS) == 19
+    assert len(CPU_TARGETS | VALIDATION_TARGETS) == 20
     _check_discovery(result, CPU_TARGETS | VALIDATION_TARGETS, policy="None")
 
 
