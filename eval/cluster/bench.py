@@ -332,13 +332,15 @@ def failed(results: dict[str, dict]) -> list[str]:
 
 def manual_problems(name: str, r: dict) -> list[str]:
     """The rules that hold only under conversation affinity (``failed``): no split conversation,
-    no call routed without its key (the router's own count, when it answered), and for radix / scr the shares within 1 point of the prediction (exact's per-call equality is
-    the stronger rule, checked for every run)."""
+    no call routed without its key (the router's own count, when it answered), and for radix /
+    scr the shares within 1 point of the prediction (exact's per-call equality is the stronger
+    rule, checked for every run)."""
     problems = []
     if r["split_conversations"]:
         problems.append(f"{name}: conversations split: {r['split_conversations'][:5]}")
-    if (r.get("router_branches") or {}).get("no_routing_id"):
-        problems.append(f"{name}: {r['router_branches']['no_routing_id']} calls reached the router without a routing key")
+    keyless = (r.get("router_branches") or {}).get("no_routing_id")
+    if keyless:
+        problems.append(f"{name}: {keyless} calls reached the router without a routing key")
     if r.get("policy") == "exact":
         if "exact_prediction" not in r:
             problems.append(f"{name}: no per-worker exact prediction")
